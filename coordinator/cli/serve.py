@@ -1,0 +1,65 @@
+"""`coordinator serve`: migrate the database, then serve HTTP."""
+
+from __future__ import annotations
+
+import typer
+import uvicorn
+
+from coordinator.cli.common import console, settings_from
+from coordinator.db.urls import redact
+from coordinator.http import create_app
+from coordinator.runtime import ready_database
+
+
+def serve(
+    ctx: typer.Context,
+    host: str | None = typer.Option(None, help="Listen address [default: 127.0.0.1]."),
+    port: int | None = typer.Option(None, help="Listen port [default: 8080]."),
+    transaction_timeout: float | None = typer.Option(
+        None, "--transaction-timeout", help="Seconds before the first check-back [default: 6]."
+    ),
+    check_interval: float | None = typer.Option(
+        None, "--check-interval", help="Seconds between check-backs [default: 60]."
+    ),
+    check_max: int | None = typer.Option(
+        None, "--check-max", help="Check-backs before a message is discarded [default: 15]."
+    ),
+    retention_hours: float | None = typer.Option(
+        None, "--retention-hours", help="Hours before an unresolved message expires [default: 72]."
+    ),
+    max_body_bytes: int | None = typer.Option(
+        None, "--max-body-bytes", help="Largest message body [default: 4194304]."
+    ),
+    reject_transactional_messages: bool | None = typer.Option(
+        None,
+        "--reject-transactional-messages/--accept-transactional-messages",
+        help="Refuse half messages with HTTP 403 [default: accept].",
+    ),
+) -> None:
+    """Start the coordinator (embedded PostgreSQL unless a database URL is set)."""
+    base = settings_from(ctx)
+    overrides = {
+        "host": host,
+        "port": port,
+        "transaction_timeout_seconds": transaction_timeout,
+        "check_interval_seconds": check_interval,
+        "check_max": check_max,
+        "retention_hours": retention_hours,
+        "max_body_bytes": max_body_bytes,
+        "reject_transactional_messages": reject_transactional_messages,
+    }
+    settings = base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    settings = type(settings).model_validate(settings.model_dump())  # re-check the flags
+    url = ready_database(settings)
+    where = redact(url) if settings.database_url else f"embedded, data in {settings.data_dir}"
+    console.print(f"database: {where}", highlight=False)
+    console.print(
+        f"coordinator listening on http://{settings.host}:{settings.port} (API docs at /docs)",
+        highlight=False,
+    )
+    uvicorn.run(
+        create_app(url, settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+    )

@@ -1,0 +1,36 @@
+"""The connection pool the core runs its named queries on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from coordinator.db.queries import query
+
+
+def open_pool(database_url: str, *, min_size: int, max_size: int) -> AsyncConnectionPool:
+    # autocommit: every named query is one statement and so one transaction;
+    # functions that need several statements open a transaction explicitly.
+    return AsyncConnectionPool(
+        conninfo=database_url,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True, "row_factory": dict_row},
+        open=False,
+        name="coordinator",
+    )
+
+
+async def fetch_all(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> list[DictRow]:
+    cursor = await conn.execute(query(name), params)
+    return await cursor.fetchall()
+
+
+async def fetch_one(
+    conn: AsyncConnection[Any], name: str, params: dict[str, Any]
+) -> DictRow | None:
+    cursor = await conn.execute(query(name), params)
+    return await cursor.fetchone()

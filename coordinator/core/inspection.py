@@ -1,0 +1,117 @@
+"""Reading state back: one message with its history, and the overall status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from coordinator.core.database import fetch_all, fetch_one
+from coordinator.errors import InvalidMessage, NotFound
+from coordinator.models import (
+    HistoryEntry,
+    MessageRecord,
+    PendingTransaction,
+    StateCount,
+    Status,
+)
+from coordinator.states import MessageKind, MessageState, Source
+from coordinator.validation import check_message_id
+
+
+async def get_message(
+    conn: AsyncConnection[Any],
+    *,
+    offset: int | None = None,
+    message_id: str | None = None,
+    transaction_id: str | None = None,
+) -> MessageRecord:
+    given = [v for v in (offset, message_id, transaction_id) if v is not None]
+    if len(given) != 1:
+        raise InvalidMessage(
+            "look a message up by exactly one of offset, message id, transaction id"
+        )
+    if offset is not None:
+        row = await fetch_one(conn, "get_message_by_offset", {"offset": offset})
+        what = f"offset {offset}"
+    elif message_id is not None:
+        check_message_id(message_id)
+        row = await fetch_one(conn, "get_message_by_message_id", {"message_id": message_id})
+        what = f"message id {message_id!r}"
+    else:
+        assert transaction_id is not None
+        check_message_id(transaction_id, "transaction id")
+        row = await fetch_one(
+            conn, "get_message_by_transaction_id", {"transaction_id": transaction_id}
+        )
+        what = f"transaction id {transaction_id!r}"
+    if row is None:
+        raise NotFound(f"no message with {what}")
+    history = await fetch_all(conn, "get_history", {"offset": row["id"]})
+    return _record(row, history)
+
+
+def _record(row: dict[str, Any], history: list[dict[str, Any]]) -> MessageRecord:
+    source = row["resolution_source"]
+    return MessageRecord(
+        offset=row["id"],
+        message_id=row["message_id"],
+        transaction_id=row["transaction_id"],
+        kind=MessageKind(row["kind"]),
+        producer_group=row["producer_group"],
+        topic=row["topic"],
+        tags=row["tags"],
+        keys=tuple(row["keys"]),
+        message_group=row["message_group"],
+        body=bytes(row["body"]),
+        properties=dict(row["properties"]),
+        state=MessageState(row["state"]),
+        check_count=row["check_count"],
+        check_immunity=row["check_immunity"],
+        born_at=row["born_at"],
+        next_check_at=row["next_check_at"],
+        resolved_at=row["resolved_at"],
+        resolution_source=Source(source) if source else None,
+        history=tuple(
+            HistoryEntry(
+                at=h["at"],
+                source=Source(h["source"]),
+                from_state=MessageState(h["from_state"]) if h["from_state"] else None,
+                to_state=MessageState(h["to_state"]),
+                detail=h["detail"],
+            )
+            for h in history
+        ),
+    )
+
+
+async def get_status(conn: AsyncConnection[Any]) -> Status:
+    counts = await fetch_all(conn, "message_counts", {})
+    oldest = await fetch_one(conn, "oldest_pending", {})
+    return Status(
+        counts=tuple(
+            StateCount(
+                producer_group=c["producer_group"],
+                topic=c["topic"],
+                state=MessageState(c["state"]),
+                count=c["messages"],
+                oldest_born_at=c["oldest_born_at"],
+            )
+            for c in counts
+        ),
+        oldest_pending=(
+            PendingTransaction(
+                offset=oldest["message_offset"],
+                message_id=oldest["message_id"],
+                transaction_id=oldest["transaction_id"],
+                producer_group=oldest["producer_group"],
+                topic=oldest["topic"],
+                age=oldest["age"],
+                check_count=oldest["check_count"],
+                next_check_at=oldest["next_check_at"],
+            )
+            if oldest
+            else None
+        ),
+        pending_total=oldest["pending_total"] if oldest else 0,
+    )

@@ -1,0 +1,115 @@
+"""Storing messages: half (prepared) messages and normal ones.
+
+A batch is validated as a whole before anything is written, then stored in
+one statement inside one transaction: either every message of a batch is
+stored, or none is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from coordinator.config import Settings
+from coordinator.core.database import fetch_all
+from coordinator.core.ids import new_message_id, new_transaction_id
+from coordinator.errors import InvalidMessage, MessageIdConflict, TransactionalMessagesRejected
+from coordinator.models import NewMessage, SendResult
+from coordinator.states import MessageKind, MessageState
+from coordinator.validation import check_new_message
+
+
+async def store_messages(
+    conn: AsyncConnection[Any],
+    messages: Sequence[NewMessage],
+    settings: Settings,
+    *,
+    transactional: bool,
+) -> list[SendResult]:
+    if not messages:
+        raise InvalidMessage("a batch needs at least one message")
+    if len(messages) > settings.max_batch_size:
+        raise InvalidMessage(
+            f"a batch holds at most {settings.max_batch_size} messages, got {len(messages)}"
+        )
+    if transactional and settings.reject_transactional_messages:
+        raise TransactionalMessagesRejected(
+            "this coordinator is configured to reject transactional messages"
+        )
+    for position, message in enumerate(messages):
+        try:
+            check_new_message(message, settings, transactional=transactional)
+        except InvalidMessage as error:
+            if len(messages) == 1:
+                raise
+            raise InvalidMessage(f"message {position}: {error.message}") from None
+
+    message_ids = [m.message_id or new_message_id() for m in messages]
+    kind = MessageKind.TRANSACTIONAL if transactional else MessageKind.NORMAL
+    state = MessageState.PREPARED if transactional else MessageState.COMMITTED
+    params = {
+        "message_ids": message_ids,
+        "transaction_ids": [new_transaction_id() if transactional else None for _ in messages],
+        "producer_groups": [m.producer_group for m in messages],
+        "topics": [m.topic for m in messages],
+        "tags": [m.tags for m in messages],
+        "keys": [" ".join(m.keys) for m in messages],
+        "message_groups": [m.message_group for m in messages],
+        "bodies": [m.body for m in messages],
+        "properties": [Jsonb(m.properties) for m in messages],
+        "immunity_seconds": [m.check_immunity_seconds for m in messages],
+        "kind": kind.value,
+        "state": state.value,
+        "transaction_timeout_seconds": settings.transaction_timeout_seconds,
+    }
+    async with conn.transaction():
+        inserted = await fetch_all(conn, "insert_messages", params)
+        stored = {row["message_id"]: (row, True) for row in inserted}
+        retried = sorted(set(message_ids) - stored.keys())
+        if retried:
+            for row in await fetch_all(
+                conn, "find_messages_by_message_id", {"message_ids": retried}
+            ):
+                stored[row["message_id"]] = (row, False)
+        results = []
+        seen: dict[str, tuple[str, str | None, str, bytes]] = {}
+        for message, message_id in zip(messages, message_ids, strict=True):
+            row, created_now = stored[message_id]
+            this = _fingerprint(message, kind)
+            if created_now:
+                # Inserted by this statement: only its first occurrence in the
+                # batch created it; a repeat within the batch is a retry of it.
+                earlier = seen.get(message_id)
+            else:
+                earlier = (
+                    row["kind"],
+                    row["producer_group"],
+                    row["topic"],
+                    bytes(row["body_sha256"]),
+                )
+            if earlier is not None and earlier != this:
+                raise MessageIdConflict(
+                    f"message id {message_id!r} is already used by a different message "
+                    "(another kind, producer group, topic or body)"
+                )
+            seen.setdefault(message_id, this)
+            results.append(
+                SendResult(
+                    offset=row["id"],
+                    message_id=message_id,
+                    transaction_id=row["transaction_id"],
+                    state=MessageState(row["state"]),
+                    created=earlier is None,
+                )
+            )
+        return results
+
+
+def _fingerprint(message: NewMessage, kind: MessageKind) -> tuple[str, str | None, str, bytes]:
+    """What a retry must repeat: reusing a message id for another message is refused."""
+    body_sha256 = hashlib.sha256(message.body).digest()
+    return (kind.value, message.producer_group, message.topic, body_sha256)

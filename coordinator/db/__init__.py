@@ -1,0 +1,1 @@
+"""Database layer: schema, named queries, pool, embedded server and migrations."""

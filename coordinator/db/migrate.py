@@ -1,0 +1,55 @@
+"""Alembic, driven from the package (`coordinator db ...`) or from alembic.ini."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine
+
+from coordinator.db.urls import sqlalchemy_url
+
+
+def migrations_dir() -> Path:
+    # In a source checkout (and an editable install) the Alembic environment is
+    # the repository's migrations/; an installed wheel carries the same files
+    # as the package coordinator._migrations.
+    checkout = Path(__file__).resolve().parents[2] / "migrations"
+    if (checkout / "env.py").exists():
+        return checkout
+    return Path(__file__).resolve().parents[1] / "_migrations"
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    # Passed as an attribute, not an ini option: configparser would try to
+    # interpolate any '%' in a URL-encoded password.
+    config.attributes["database_url"] = database_url
+    return config
+
+
+def upgrade(database_url: str, revision: str = "heads") -> None:
+    command.upgrade(alembic_config(database_url), revision)
+
+
+def downgrade(database_url: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(database_url), revision)
+
+
+def current_revisions(database_url: str) -> tuple[str, ...]:
+    engine = create_engine(sqlalchemy_url(database_url))
+    try:
+        with engine.connect() as conn:
+            return tuple(MigrationContext.configure(conn).get_current_heads())
+    finally:
+        engine.dispose()
+
+
+def head_revisions() -> tuple[str, ...]:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(migrations_dir()))
+    return tuple(script.get_heads())

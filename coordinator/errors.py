@@ -1,0 +1,48 @@
+"""Errors of the core. Every interface maps them to its own status codes.
+
+Each error carries a stable machine-readable `code` and a sentence for people.
+"""
+
+from __future__ import annotations
+
+
+class CoordinatorError(Exception):
+    code = "coordinator_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidMessage(CoordinatorError):
+    """The request is malformed: a bad name, too large a body, and so on."""
+
+    code = "invalid_request"
+
+
+class NotFound(CoordinatorError):
+    code = "not_found"
+
+
+class StateConflict(CoordinatorError):
+    """The message is in a state that forbids the requested change."""
+
+    code = "state_conflict"
+
+    def __init__(self, message: str, current_state: str | None = None) -> None:
+        super().__init__(message)
+        self.current_state = current_state
+
+
+class ProducerGroupMismatch(CoordinatorError):
+    code = "producer_group_mismatch"
+
+
+class MessageIdConflict(CoordinatorError):
+    """A producer reused a message id for a different message."""
+
+    code = "message_id_conflict"
+
+
+class TransactionalMessagesRejected(CoordinatorError):
+    code = "transactional_messages_rejected"

@@ -1,0 +1,60 @@
+"""Core errors and bad requests become 4xx JSON answers: {"error", "message"}."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from coordinator import errors
+
+STATUS_BY_ERROR: dict[type[errors.CoordinatorError], int] = {
+    errors.InvalidMessage: 400,
+    errors.TransactionalMessagesRejected: 403,
+    errors.NotFound: 404,
+    errors.StateConflict: 409,
+    errors.ProducerGroupMismatch: 409,
+    errors.MessageIdConflict: 409,
+}
+
+
+def error_response(status: int, code: str, message: str, **extra: object) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": code, "message": message, **extra})
+
+
+def _describe(error: RequestValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
+        msg = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts) or "the request is not valid"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(errors.CoordinatorError)
+    async def _core_error(_: Request, error: errors.CoordinatorError) -> JSONResponse:
+        status = next(
+            (code for kind, code in STATUS_BY_ERROR.items() if isinstance(error, kind)), 400
+        )
+        extra = {}
+        if isinstance(error, errors.StateConflict) and error.current_state:
+            extra["current_state"] = error.current_state
+        return error_response(status, error.code, error.message, **extra)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, error: HTTPException) -> JSONResponse:
+        # Starlette's own answers (404 for an unknown route, 400 for a body
+        # that is not JSON, 405, ...) in the same shape as ours.
+        codes = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
+        response = error_response(
+            error.status_code, codes.get(error.status_code, "http_error"), str(error.detail)
+        )
+        if error.headers:
+            response.headers.update(error.headers)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(_: Request, error: RequestValidationError) -> JSONResponse:
+        return error_response(422, "invalid_request", _describe(error))

@@ -1,0 +1,161 @@
+"""Routes: translate HTTP to core calls and back. No SQL here."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi.responses import JSONResponse
+
+from coordinator.core import Coordinator
+from coordinator.http.schemas import (
+    BatchIn,
+    BatchOut,
+    EndIn,
+    EndResultOut,
+    ErrorOut,
+    HealthOut,
+    MessageIn,
+    MessageOut,
+    SendResultOut,
+    StateCountOut,
+    StatusOut,
+)
+from coordinator.models import EndRequest
+
+ERRORS = {
+    400: {"model": ErrorOut, "description": "Invalid message or request"},
+    403: {"model": ErrorOut, "description": "Transactional messages are rejected"},
+    404: {"model": ErrorOut, "description": "Unknown transaction or message"},
+    409: {"model": ErrorOut, "description": "State conflict, producer group or id mismatch"},
+    422: {"model": ErrorOut, "description": "Malformed request body"},
+}
+
+router = APIRouter()
+
+
+def coordinator(request: Request) -> Coordinator:
+    return request.app.state.coordinator
+
+
+@router.get("/health", response_model=HealthOut, tags=["service"])
+async def health(response: Response, core: Coordinator = Depends(coordinator)) -> HealthOut:
+    if await core.database_ok():
+        return HealthOut(status="ok", database="ok")
+    response.status_code = 503
+    return HealthOut(status="unavailable", database="unreachable")
+
+
+@router.post(
+    "/v1/transactions",
+    response_model=SendResultOut,
+    status_code=201,
+    responses={200: {"model": SendResultOut, "description": "Idempotent retry"}, **ERRORS},
+    tags=["transactions"],
+    summary="Send a half (prepared) message",
+)
+async def prepare(body: MessageIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
+    result = SendResultOut.of(await core.prepare(body.to_message()))
+    return JSONResponse(result.model_dump(), status_code=201 if result.created else 200)
+
+
+@router.post(
+    "/v1/transactions/batch",
+    response_model=BatchOut,
+    responses=ERRORS,
+    tags=["transactions"],
+    summary="Send many half messages in one database transaction",
+)
+async def prepare_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> BatchOut:
+    results = await core.prepare_batch([m.to_message() for m in body.messages])
+    return BatchOut(results=[SendResultOut.of(r) for r in results])
+
+
+@router.post(
+    "/v1/transactions/{transaction_id}/end",
+    response_model=EndResultOut,
+    responses=ERRORS,
+    tags=["transactions"],
+    summary="Commit, roll back, or report UNKNOWN for a half message",
+)
+async def end(
+    body: EndIn,
+    transaction_id: str = Path(max_length=128),
+    core: Coordinator = Depends(coordinator),
+) -> EndResultOut:
+    result = await core.end(
+        EndRequest(
+            transaction_id=transaction_id,
+            producer_group=body.producer_group,
+            resolution=body.resolution_value,
+            from_check=body.from_check,
+            message_id=body.message_id,
+        )
+    )
+    return EndResultOut.of(result)
+
+
+@router.get(
+    "/v1/transactions/{transaction_id}",
+    response_model=MessageOut,
+    responses=ERRORS,
+    tags=["lookup"],
+)
+async def get_by_transaction(
+    transaction_id: str = Path(max_length=128), core: Coordinator = Depends(coordinator)
+) -> MessageOut:
+    return MessageOut.of(await core.get_message(transaction_id=transaction_id))
+
+
+@router.post(
+    "/v1/messages",
+    response_model=SendResultOut,
+    status_code=201,
+    responses={200: {"model": SendResultOut, "description": "Idempotent retry"}, **ERRORS},
+    tags=["messages"],
+    summary="Send a normal (non-transactional) message",
+)
+async def send(body: MessageIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
+    result = SendResultOut.of(await core.send(body.to_message()))
+    return JSONResponse(result.model_dump(), status_code=201 if result.created else 200)
+
+
+@router.post("/v1/messages/batch", response_model=BatchOut, responses=ERRORS, tags=["messages"])
+async def send_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> BatchOut:
+    results = await core.send_batch([m.to_message() for m in body.messages])
+    return BatchOut(results=[SendResultOut.of(r) for r in results])
+
+
+@router.get(
+    "/v1/messages/{message_id}", response_model=MessageOut, responses=ERRORS, tags=["lookup"]
+)
+async def get_by_message_id(
+    message_id: str = Path(max_length=128), core: Coordinator = Depends(coordinator)
+) -> MessageOut:
+    return MessageOut.of(await core.get_message(message_id=message_id))
+
+
+@router.get("/v1/offsets/{offset}", response_model=MessageOut, responses=ERRORS, tags=["lookup"])
+async def get_by_offset(
+    offset: int = Path(ge=1, le=2**63 - 1), core: Coordinator = Depends(coordinator)
+) -> MessageOut:
+    return MessageOut.of(await core.get_message(offset=offset))
+
+
+@router.get("/v1/status", response_model=StatusOut, tags=["service"])
+async def status(core: Coordinator = Depends(coordinator)) -> StatusOut:
+    current = await core.status()
+    oldest = current.oldest_pending
+    return StatusOut(
+        pending_total=current.pending_total,
+        oldest_pending_transaction_id=oldest.transaction_id if oldest else None,
+        oldest_pending_age_seconds=oldest.age.total_seconds() if oldest else None,
+        counts=[
+            StateCountOut(
+                producer_group=c.producer_group,
+                topic=c.topic,
+                state=c.state.value,
+                count=c.count,
+                oldest_born_at=c.oldest_born_at,
+            )
+            for c in current.counts
+        ],
+    )

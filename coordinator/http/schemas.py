@@ -1,0 +1,224 @@
+"""Request and response bodies of the HTTP API.
+
+Message bodies travel as base64 (`body_base64`); `body_text` is a UTF-8
+convenience for textual payloads. Responses carry both when the body is
+valid UTF-8.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from coordinator.models import EndResult, HistoryEntry, MessageRecord, NewMessage, SendResult
+from coordinator.states import Resolution
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MessageIn(_Strict):
+    topic: str = Field(examples=["orders"])
+    producer_group: str | None = Field(
+        default=None, description="Required for transactional messages.", examples=["order-svc"]
+    )
+    tags: str | None = Field(default=None, examples=["created"])
+    keys: list[str] = Field(default_factory=list, examples=[["order-1001"]])
+    properties: dict[str, str] = Field(default_factory=dict)
+    body_base64: str | None = Field(default=None, description="The body, base64-encoded.")
+    body_text: str | None = Field(default=None, description="The body as UTF-8 text.")
+    message_id: str | None = Field(
+        default=None, description="Your own id, for idempotent retries. Generated if absent."
+    )
+    check_immunity_seconds: float | None = Field(
+        default=None, description="First check-back no earlier than this after sending."
+    )
+    message_group: str | None = Field(default=None, description="FIFO message group key.")
+
+    @model_validator(mode="after")
+    def _one_body(self) -> Self:
+        if (self.body_base64 is None) == (self.body_text is None):
+            raise ValueError("give the body as exactly one of body_base64 or body_text")
+        if self.body_base64 is not None:
+            try:
+                base64.b64decode(self.body_base64, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("body_base64 is not valid base64") from None
+        return self
+
+    def to_message(self) -> NewMessage:
+        body = (
+            base64.b64decode(self.body_base64, validate=True)
+            if self.body_base64 is not None
+            else (self.body_text or "").encode()
+        )
+        return NewMessage(
+            topic=self.topic,
+            body=body,
+            producer_group=self.producer_group,
+            tags=self.tags,
+            keys=tuple(self.keys),
+            properties=dict(self.properties),
+            message_id=self.message_id,
+            check_immunity_seconds=self.check_immunity_seconds,
+            message_group=self.message_group,
+        )
+
+
+class BatchIn(_Strict):
+    messages: list[MessageIn]
+
+
+class SendResultOut(BaseModel):
+    offset: int
+    message_id: str
+    transaction_id: str | None
+    state: str
+    created: bool = Field(
+        description="False when an earlier send with this message id is returned."
+    )
+
+    @classmethod
+    def of(cls, result: SendResult) -> SendResultOut:
+        return cls(
+            offset=result.offset,
+            message_id=result.message_id,
+            transaction_id=result.transaction_id,
+            state=result.state.value,
+            created=result.created,
+        )
+
+
+class BatchOut(BaseModel):
+    results: list[SendResultOut]
+
+
+class EndIn(_Strict):
+    producer_group: str
+    resolution: Literal["commit", "rollback", "unknown"]
+    from_check: bool = Field(default=False, description="True when answering a check-back.")
+    message_id: str | None = Field(default=None, description="If given, must match.")
+
+    @property
+    def resolution_value(self) -> Resolution:
+        return Resolution(self.resolution)
+
+
+class EndResultOut(BaseModel):
+    offset: int
+    message_id: str
+    transaction_id: str
+    state: str
+    changed: bool = Field(description="False for unknown and for a repeated resolution.")
+
+    @classmethod
+    def of(cls, result: EndResult) -> EndResultOut:
+        return cls(
+            offset=result.offset,
+            message_id=result.message_id,
+            transaction_id=result.transaction_id,
+            state=result.state.value,
+            changed=result.changed,
+        )
+
+
+class HistoryOut(BaseModel):
+    at: datetime
+    source: str
+    from_state: str | None
+    to_state: str
+    detail: str | None
+
+    @classmethod
+    def of(cls, entry: HistoryEntry) -> HistoryOut:
+        return cls(
+            at=entry.at,
+            source=entry.source.value,
+            from_state=entry.from_state.value if entry.from_state else None,
+            to_state=entry.to_state.value,
+            detail=entry.detail,
+        )
+
+
+class MessageOut(BaseModel):
+    offset: int
+    message_id: str
+    transaction_id: str | None
+    kind: str
+    producer_group: str | None
+    topic: str
+    tags: str | None
+    keys: list[str]
+    message_group: str | None
+    properties: dict[str, str]
+    body_base64: str
+    body_text: str | None
+    state: str
+    check_count: int
+    check_immunity_seconds: float | None
+    born_at: datetime
+    next_check_at: datetime | None
+    resolved_at: datetime | None
+    resolution_source: str | None
+    history: list[HistoryOut]
+
+    @classmethod
+    def of(cls, record: MessageRecord) -> MessageOut:
+        try:
+            text: str | None = record.body.decode()
+        except UnicodeDecodeError:
+            text = None
+        return cls(
+            offset=record.offset,
+            message_id=record.message_id,
+            transaction_id=record.transaction_id,
+            kind=record.kind.value,
+            producer_group=record.producer_group,
+            topic=record.topic,
+            tags=record.tags,
+            keys=list(record.keys),
+            message_group=record.message_group,
+            properties=record.properties,
+            body_base64=base64.b64encode(record.body).decode(),
+            body_text=text,
+            state=record.state.value,
+            check_count=record.check_count,
+            check_immunity_seconds=(
+                record.check_immunity.total_seconds() if record.check_immunity else None
+            ),
+            born_at=record.born_at,
+            next_check_at=record.next_check_at,
+            resolved_at=record.resolved_at,
+            resolution_source=record.resolution_source.value if record.resolution_source else None,
+            history=[HistoryOut.of(h) for h in record.history],
+        )
+
+
+class StateCountOut(BaseModel):
+    producer_group: str | None
+    topic: str
+    state: str
+    count: int
+    oldest_born_at: datetime
+
+
+class StatusOut(BaseModel):
+    pending_total: int
+    oldest_pending_transaction_id: str | None
+    oldest_pending_age_seconds: float | None
+    counts: list[StateCountOut]
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "unavailable"]
+    database: Literal["ok", "unreachable"]
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="A stable code, e.g. state_conflict.")
+    message: str = Field(description="What went wrong, for people.")

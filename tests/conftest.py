@@ -1,0 +1,135 @@
+"""Test fixtures: a real PostgreSQL for every test, never a mock.
+
+Unless pytest is pointed at a server (`--postgresql-host`, `--postgresql-port`,
+...), one embedded PostgreSQL (pgserver) is started for the session. Migrations
+are applied once to a template database; pytest-postgresql then gives every
+test a fresh copy of it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlparse
+
+import psycopg
+import pytest
+import uvicorn
+from pytest_postgresql import factories
+
+from coordinator.config import Settings
+from coordinator.core import Coordinator
+from coordinator.db import migrate
+from coordinator.http import create_app
+
+_embedded: dict[str, object] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("postgresql_host", None):
+        return  # an explicit server was given
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        data_dir = Path(tempfile.mkdtemp(prefix="coordinator-test-pg-"))
+        server = pgserver.get_server(data_dir / "pgdata", cleanup_mode="stop")
+    uri = urlparse(server.get_uri())
+    _embedded.update(server=server, data_dir=data_dir)
+    config.option.postgresql_host = parse_qs(uri.query)["host"][0]
+    config.option.postgresql_port = 5432
+    config.option.postgresql_user = uri.username or "postgres"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = _embedded.pop("server", None)
+    if server is not None:
+        server.cleanup()  # type: ignore[attr-defined]
+        shutil.rmtree(_embedded.pop("data_dir"), ignore_errors=True)  # type: ignore[arg-type]
+
+
+def url_for(host: str, port: int, user: str, dbname: str, password: str | None = None) -> str:
+    auth = quote(user) + (f":{quote(password)}" if password else "")
+    if host.startswith("/"):
+        return f"postgresql://{auth}@/{dbname}?host={quote(host)}&port={port}"
+    return f"postgresql://{auth}@{host}:{port}/{dbname}"
+
+
+def _migrate_template(
+    host: str, port: int, user: str, dbname: str, password: str | None, **_: object
+) -> None:
+    migrate.upgrade(url_for(host, port, user, dbname, password))
+
+
+postgresql_proc = factories.postgresql_noproc(load=[_migrate_template])
+postgresql = factories.postgresql("postgresql_proc")
+
+
+@pytest.fixture
+def database_url(postgresql: psycopg.Connection) -> str:
+    """A freshly migrated database of this test's own."""
+    info = postgresql.info
+    return url_for(info.host, info.port, info.user, info.dbname, info.password or None)
+
+
+@pytest.fixture
+def db(postgresql: psycopg.Connection) -> psycopg.Connection:
+    """A direct connection for asserting what the database holds."""
+    postgresql.autocommit = True
+    return postgresql
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(database_url=None)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def core(database_url: str, settings: Settings) -> AsyncIterator[Coordinator]:
+    async with Coordinator.connect(database_url, settings) as coordinator:
+        yield coordinator
+
+
+class LiveServer:
+    """A coordinator serving real HTTP on a loopback port, in a thread."""
+
+    def __init__(self, database_url: str, settings: Settings) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(create_app(database_url, settings), log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the coordinator did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
+
+
+@pytest.fixture
+def live_server(database_url: str, settings: Settings) -> Iterator[LiveServer]:
+    with LiveServer(database_url, settings) as server:
+        yield server
