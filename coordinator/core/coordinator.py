@@ -10,28 +10,42 @@ from psycopg_pool import AsyncConnectionPool
 from coordinator.config import Settings
 from coordinator.core import ending, inspection, producing
 from coordinator.core.database import open_pool
+from coordinator.core.notifier import CHANNELS, Notifier
 from coordinator.models import EndRequest, EndResult, MessageRecord, NewMessage, SendResult, Status
 
 
 class Coordinator:
-    def __init__(self, pool: AsyncConnectionPool, settings: Settings) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool, settings: Settings, notifier: Notifier | None = None
+    ) -> None:
         self.pool = pool
         self.settings = settings
+        # Long polls (check requests, receives) wait on the notifier; without
+        # one (CLI commands) they fall back to polling.
+        self.notifier = notifier
 
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, database_url: str, settings: Settings | None = None
+        cls, database_url: str, settings: Settings | None = None, *, listen: bool = False
     ) -> AsyncIterator[Coordinator]:
-        """A coordinator on an already migrated database, closed on exit."""
+        """A coordinator on an already migrated database, closed on exit.
+
+        listen=True also opens the LISTEN connection that wakes long polls.
+        """
         settings = settings or Settings()
         pool = open_pool(
             database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
         )
         await pool.open(wait=True)
+        notifier = Notifier(database_url, CHANNELS) if listen else None
         try:
-            yield cls(pool, settings)
+            if notifier is not None:
+                await notifier.start()
+            yield cls(pool, settings, notifier)
         finally:
+            if notifier is not None:
+                await notifier.stop()
             await pool.close()
 
     async def prepare(self, message: NewMessage) -> SendResult:

@@ -39,7 +39,7 @@ def create_app(database_url: str, settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with Coordinator.connect(database_url, settings) as core:
+        async with Coordinator.connect(database_url, settings, listen=True) as core:
             app.state.coordinator = core
             yield
 

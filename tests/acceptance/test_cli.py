@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from coordinator.cli import app
 from coordinator.core import Coordinator
+from coordinator.db import migrate
 from coordinator.models import SendResult
 from coordinator.states import Resolution
 from tests.factories import end, half
@@ -62,15 +63,16 @@ def test_tx_show_of_an_unknown_id_exits_3_with_a_sentence(database_url: str) -> 
 
 
 def test_db_commands_migrate_down_and_up(database_url: str) -> None:
+    heads = ", ".join(migrate.head_revisions())
     current = invoke(database_url, "db", "current")
-    assert current.exit_code == 0 and "current:  0001" in current.output
+    assert current.exit_code == 0 and f"current:  {heads}" in current.output
 
     down = invoke(database_url, "db", "downgrade", "base")
     assert down.exit_code == 0 and "revision base" in down.output
     assert "not up to date" in invoke(database_url, "db", "current").output
 
     up = invoke(database_url, "db", "upgrade")
-    assert up.exit_code == 0 and "revision 0001" in up.output
+    assert up.exit_code == 0 and f"revision {heads}" in up.output
     assert invoke(database_url, "status").exit_code == 0
 
 

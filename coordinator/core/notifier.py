@@ -1,0 +1,118 @@
+"""LISTEN/NOTIFY for long polls: one listening connection per process.
+
+Waiters subscribe to a channel (optionally one payload, e.g. a group name)
+*before* they look for work, then wait; a notification that arrives between
+the look and the wait sets their event, so no wake-up is lost. NOTIFY is
+transactional, so a waiter wakes only once the change is committed. If the
+listening connection breaks, every waiter is woken (to poll) while it
+reconnects; polling with a short timeout stays the fallback either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterable
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+# The channels the coordinator's own SQL notifies on (pg_notify in queries and
+# triggers); the payload names the group whose waiters should wake.
+CHECKS_CHANNEL = "coordinator_checks"
+DELIVERIES_CHANNEL = "coordinator_deliveries"
+CHANNELS = (CHECKS_CHANNEL, DELIVERIES_CHANNEL)
+
+
+class Subscription:
+    def __init__(self, channel: str, payload: str | None) -> None:
+        self.channel = channel
+        self.payload = payload
+        self._event = asyncio.Event()
+
+    def _notify(self, payload: str) -> None:
+        if self.payload is None or self.payload == payload:
+            self._event.set()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for a notification (True) or the timeout (False); then re-arm."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+
+
+class Notifier:
+    def __init__(
+        self, database_url: str, channels: Iterable[str], reconnect_delay: float = 1.0
+    ) -> None:
+        self.database_url = database_url
+        self.channels = tuple(channels)
+        self.reconnect_delay = reconnect_delay
+        self._subscriptions: dict[str, set[Subscription]] = defaultdict(set)
+        self._task: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="coordinator-notifier")
+            # Do not block start-up on the database; waiters poll meanwhile.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._listening.wait(), timeout=5)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._wake_all()
+
+    @contextlib.asynccontextmanager
+    async def subscribe(
+        self, channel: str, payload: str | None = None
+    ) -> AsyncIterator[Subscription]:
+        if channel not in self.channels:
+            raise ValueError(f"not listening on channel {channel!r}")
+        subscription = Subscription(channel, payload)
+        self._subscriptions[channel].add(subscription)
+        try:
+            yield subscription
+        finally:
+            self._subscriptions[channel].discard(subscription)
+
+    def _wake_all(self) -> None:
+        for subscriptions in self._subscriptions.values():
+            for subscription in subscriptions:
+                subscription.wake()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.database_url, autocommit=True
+                ) as conn:
+                    for channel in self.channels:
+                        await conn.execute(f'LISTEN "{channel}"')
+                    self._listening.set()
+                    # Anything committed while we were not listening: poll now.
+                    self._wake_all()
+                    async for notification in conn.notifies():
+                        for subscription in tuple(self._subscriptions[notification.channel]):
+                            subscription._notify(notification.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the connection broke: reconnect, waiters poll
+                log.warning("notification listener lost its connection: %s", error)
+            self._listening.clear()
+            self._wake_all()
+            await asyncio.sleep(self.reconnect_delay)
