@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
@@ -69,6 +69,74 @@ class Settings(BaseSettings):
     )
     pool_min_size: int = Field(default=2, ge=1, description="Smallest database pool.")
     pool_max_size: int = Field(default=16, ge=1, description="Largest database pool.")
+    group_commit_max_batch: int = Field(
+        default=500, ge=1, description="Most single requests committed in one transaction."
+    )
+    group_commit_max_inflight: int = Field(
+        default=4,
+        ge=1,
+        description="Group-commit transactions in flight at once, per kind of request.",
+    )
+
+    # --- Check-back engine (issue 3) ---
+    check_scheduler_enabled: bool = Field(
+        default=True,
+        description="Run the check-back job in this `coordinator serve` process.",
+    )
+    check_scan_interval_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the check-back job looks for due half messages.",
+    )
+    check_batch_size: int = Field(
+        default=200,
+        ge=1,
+        description="Due half messages claimed per database transaction.",
+    )
+    max_inflight_dispatches: int = Field(
+        default=32,
+        ge=1,
+        description="Concurrent check-back POSTs to push producers, per process.",
+    )
+    producer_ttl_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A producer instance not heard from for this long is not live.",
+    )
+    producer_forget_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="A producer instance not heard from for this long leaves the registry.",
+    )
+    check_backoff: bool = Field(
+        default=False,
+        description="Space later check-backs out exponentially instead of every check interval.",
+    )
+    check_backoff_factor: float = Field(
+        default=2.0,
+        ge=1,
+        le=10,
+        description="With check_backoff: each interval is this many times the previous one.",
+    )
+    check_backoff_max_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="With check_backoff: the longest interval between two check-backs.",
+    )
+    check_push_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC-SHA256 key signing pushed check requests (X-Coordinator-Signature).",
+    )
+    check_push_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long a push producer has to answer a pushed check request.",
+    )
+    check_poll_fallback_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="A waiting long poll looks for check requests this often without a wake-up.",
+    )
 
     @property
     def max_check_immunity_seconds(self) -> float:

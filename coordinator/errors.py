@@ -46,3 +46,9 @@ class MessageIdConflict(CoordinatorError):
 
 class TransactionalMessagesRejected(CoordinatorError):
     code = "transactional_messages_rejected"
+
+
+class ReceiptHandleStale(CoordinatorError):
+    """The receipt handle was superseded by a later receive or change of invisible duration."""
+
+    code = "receipt_handle_stale"

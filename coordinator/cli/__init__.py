@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from coordinator.cli import db, inspect, serve
+from coordinator.cli import consumers, db, inspect, operator, serve
 from coordinator.cli.common import make_settings
 
 app = typer.Typer(
@@ -48,6 +48,10 @@ app.command("serve")(serve.serve)
 app.add_typer(db.app, name="db")
 app.command("status")(inspect.status)
 app.add_typer(inspect.tx_app, name="tx")
+operator.add_tx_commands(inspect.tx_app)  # tx recheck | commit | rollback
+app.command("producers")(operator.producers)
+app.command("subscriptions")(consumers.subscriptions)
+app.add_typer(consumers.dlq_app, name="dlq")
 
 
 def main() -> None:

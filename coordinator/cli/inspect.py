@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from coordinator.cli.common import console, run_async, settings_from
+from coordinator.cli.consumers import lag_table
 from coordinator.core import Coordinator
 from coordinator.errors import NotFound
 from coordinator.models import MessageRecord
@@ -31,6 +32,7 @@ def status(ctx: typer.Context) -> None:
     async def show() -> None:
         async with Coordinator.connect(url, settings_from(ctx)) as core:
             current = await core.status()
+            lags = await core.delivery.lag()
         totals: dict[str, int] = {}
         for c in current.counts:
             totals[c.state.value] = totals.get(c.state.value, 0) + c.count
@@ -67,6 +69,8 @@ def status(ctx: typer.Context) -> None:
                 f"age {_age(oldest.age)}, checked {oldest.check_count} times",
                 highlight=False,
             )
+        if lags:
+            console.print(lag_table(lags))
 
     show()
 

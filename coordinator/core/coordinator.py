@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from coordinator import metrics
 from coordinator.config import Settings
 from coordinator.core import ending, inspection, producing
+from coordinator.core.checkback import CheckBack
 from coordinator.core.database import open_pool
+from coordinator.core.delivery import Delivery
+from coordinator.core.group_commit import GroupCommitter, Item, Result, RunBatch
 from coordinator.core.notifier import CHANNELS, Notifier
+from coordinator.errors import CoordinatorError
 from coordinator.models import EndRequest, EndResult, MessageRecord, NewMessage, SendResult, Status
+from coordinator.states import Resolution
 
 
 class Coordinator:
@@ -23,6 +31,14 @@ class Coordinator:
         # Long polls (check requests, receives) wait on the notifier; without
         # one (CLI commands) they fall back to polling.
         self.notifier = notifier
+        self.delivery = Delivery(self)  # subscriptions, receive, ack, dead letters
+        self.checkback = CheckBack(self)  # producers, check-back rounds, operator actions
+        # Single prepares, sends and ends are group-committed (see group_commit.py).
+        self._prepares = self._group_committer(self._inserter(transactional=True))
+        self._sends = self._group_committer(self._inserter(transactional=False))
+        self._ends = self._group_committer(
+            ending.end_validated, key=lambda request: request.transaction_id
+        )
 
     @classmethod
     @asynccontextmanager
@@ -48,10 +64,31 @@ class Coordinator:
                 await notifier.stop()
             await pool.close()
 
+    def _inserter(self, *, transactional: bool) -> RunBatch[NewMessage, SendResult]:
+        async def run(
+            conn: AsyncConnection[Any], messages: list[NewMessage]
+        ) -> list[SendResult | CoordinatorError]:
+            return await producing.insert_validated(
+                conn, messages, self.settings, transactional=transactional
+            )
+
+        return run
+
+    def _group_committer(
+        self, run: RunBatch[Item, Result], key: Callable[[Item], Hashable] | None = None
+    ) -> GroupCommitter[Item, Result]:
+        return GroupCommitter(
+            self.pool,
+            run,
+            max_batch=self.settings.group_commit_max_batch,
+            max_inflight=self.settings.group_commit_max_inflight,
+            key=key,
+        )
+
     async def prepare(self, message: NewMessage) -> SendResult:
         """Store a half message; returns once it is durably committed."""
-        (result,) = await self.prepare_batch([message])
-        return result
+        producing.validate_batch([message], self.settings, transactional=True)
+        return await self._prepares.submit(message)
 
     async def prepare_batch(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         async with self.pool.connection() as conn:
@@ -59,8 +96,8 @@ class Coordinator:
 
     async def send(self, message: NewMessage) -> SendResult:
         """Store a normal message: committed (deliverable) at once."""
-        (result,) = await self.send_batch([message])
-        return result
+        producing.validate_batch([message], self.settings, transactional=False)
+        return await self._sends.submit(message)
 
     async def send_batch(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         async with self.pool.connection() as conn:
@@ -69,8 +106,24 @@ class Coordinator:
             )
 
     async def end(self, request: EndRequest) -> EndResult:
-        async with self.pool.connection() as conn:
-            return await ending.end_transaction(conn, request)
+        ending.validate_end(request)
+        if request.resolution is Resolution.UNKNOWN:
+            async with self.pool.connection() as conn:
+                return await ending.report_unknown(conn, request)
+        result = await self._ends.submit(request)
+        metrics.count_ends([request], [result])
+        return result
+
+    async def end_batch(self, requests: Sequence[EndRequest]) -> list[EndResult | CoordinatorError]:
+        """End many transactions in one database transaction; one outcome per request.
+
+        Unlike a batch of half messages this is not all-or-nothing: each
+        request is its own compare-and-set and gets its own answer or error.
+        """
+        async with self.pool.connection() as conn, conn.transaction():
+            outcomes = await ending.end_many(conn, requests, self.settings.max_batch_size)
+        metrics.count_ends(requests, outcomes)
+        return outcomes
 
     async def get_message(
         self,

@@ -5,19 +5,128 @@ resolution already stored is an idempotent success that changes nothing, so
 a duplicate END_TRANSACTION can never make a second copy (RocketMQ #5574). The
 opposite resolution is refused: a message once rolled back (by its producer
 or by a check-back) can never be committed (RocketMQ #8158).
+
+Requests are ended in batches (one statement for many transaction ids) so
+that concurrent single requests can share one database transaction (group
+commit); each request still gets its own answer or error.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator.core.database import fetch_one
-from coordinator.errors import NotFound, ProducerGroupMismatch, StateConflict
+from coordinator.core.database import fetch_all, fetch_one
+from coordinator.errors import (
+    CoordinatorError,
+    InvalidMessage,
+    NotFound,
+    ProducerGroupMismatch,
+    StateConflict,
+)
 from coordinator.models import EndRequest, EndResult
 from coordinator.states import MessageState, Resolution, Source
 from coordinator.validation import check_message_id, check_name
+
+
+def validate_end(request: EndRequest) -> None:
+    check_message_id(request.transaction_id, "transaction id")
+    check_name("producer group", request.producer_group)
+    if request.message_id is not None:
+        check_message_id(request.message_id)
+
+
+async def end_transaction(conn: AsyncConnection[Any], request: EndRequest) -> EndResult:
+    """End one transaction; raises the core error that explains a refusal."""
+    validate_end(request)
+    if request.resolution is Resolution.UNKNOWN:
+        return await report_unknown(conn, request)
+    (outcome,) = await end_validated(conn, [request])
+    if isinstance(outcome, CoordinatorError):
+        raise outcome
+    return outcome
+
+
+async def end_many(
+    conn: AsyncConnection[Any], requests: Sequence[EndRequest], max_batch_size: int
+) -> list[EndResult | CoordinatorError]:
+    if not requests:
+        raise InvalidMessage("a batch needs at least one request")
+    if len(requests) > max_batch_size:
+        raise InvalidMessage(
+            f"a batch holds at most {max_batch_size} requests, got {len(requests)}"
+        )
+    seen = {r.transaction_id for r in requests}
+    if len(seen) != len(requests):
+        raise InvalidMessage("a batch must not name the same transaction id twice")
+    outcomes: list[EndResult | CoordinatorError | None] = [None] * len(requests)
+    to_end: list[tuple[int, EndRequest]] = []
+    for position, request in enumerate(requests):
+        try:
+            validate_end(request)
+            if request.resolution is Resolution.UNKNOWN:
+                outcomes[position] = await report_unknown(conn, request)
+            else:
+                to_end.append((position, request))
+        except CoordinatorError as error:
+            outcomes[position] = error
+    if to_end:
+        ended = await end_validated(conn, [request for _, request in to_end])
+        for (position, _), outcome in zip(to_end, ended, strict=True):
+            outcomes[position] = outcome
+    return [o for o in outcomes if o is not None]
+
+
+async def report_unknown(conn: AsyncConnection[Any], request: EndRequest) -> EndResult:
+    """UNKNOWN changes nothing (the message waits for its check-back), but the
+    transaction must exist and belong to the caller."""
+    row = await fetch_one(conn, "get_transaction", {"transaction_id": request.transaction_id})
+    if row is None:
+        raise _not_found(request)
+    _check_owner(request, row)
+    return _result(row, MessageState(row["state"]), changed=False)
+
+
+async def end_validated(
+    conn: AsyncConnection[Any], requests: Sequence[EndRequest]
+) -> list[EndResult | CoordinatorError]:
+    """Commit/rollback validated requests with distinct transaction ids in one statement."""
+    targets = [r.resolution.target_state for r in requests]
+    if any(t is None for t in targets):
+        raise ValueError("end_validated takes commit and rollback requests only")
+    rows = await fetch_all(
+        conn,
+        "end_transactions",
+        {
+            "transaction_ids": [r.transaction_id for r in requests],
+            "producer_groups": [r.producer_group for r in requests],
+            "message_ids": [r.message_id for r in requests],
+            "to_states": [t.value for t in targets if t is not None],
+            "sources": [(Source.CHECK if r.from_check else Source.CLIENT).value for r in requests],
+        },
+    )
+    return [_outcome(request, row) for request, row in zip(requests, rows, strict=True)]
+
+
+def _outcome(request: EndRequest, row: dict[str, Any]) -> EndResult | CoordinatorError:
+    if row["id"] is None:
+        return _not_found(request)
+    if row["new_state"] is not None:
+        return _result(row, MessageState(row["new_state"]), changed=True)
+    try:
+        _check_owner(request, row)
+    except CoordinatorError as error:
+        return error
+    previous = MessageState(row["previous_state"])
+    if previous is request.resolution.target_state:
+        return _result(row, previous, changed=False)
+    return StateConflict(
+        f"transaction {request.transaction_id!r} is already {previous.value}; "
+        f"it cannot {request.resolution.value}",
+        current_state=previous.value,
+    )
 
 
 def _not_found(request: EndRequest) -> NotFound:
@@ -36,49 +145,6 @@ def _check_owner(request: EndRequest, row: dict[str, Any]) -> None:
             f"transaction {request.transaction_id!r} belongs to producer group "
             f"{row['producer_group']!r}, not {request.producer_group!r}"
         )
-
-
-async def end_transaction(conn: AsyncConnection[Any], request: EndRequest) -> EndResult:
-    check_message_id(request.transaction_id, "transaction id")
-    check_name("producer group", request.producer_group)
-    if request.message_id is not None:
-        check_message_id(request.message_id)
-
-    if request.resolution is Resolution.UNKNOWN:
-        # UNKNOWN changes nothing: the message waits for its check-back.
-        row = await fetch_one(conn, "get_transaction", {"transaction_id": request.transaction_id})
-        if row is None:
-            raise _not_found(request)
-        _check_owner(request, row)
-        return _result(row, MessageState(row["state"]), changed=False)
-
-    target = request.resolution.target_state
-    assert target is not None
-    row = await fetch_one(
-        conn,
-        "end_transaction",
-        {
-            "transaction_id": request.transaction_id,
-            "producer_group": request.producer_group,
-            "message_id": request.message_id,
-            "to_state": target.value,
-            "source": (Source.CHECK if request.from_check else Source.CLIENT).value,
-            "detail": None,
-        },
-    )
-    if row is None:
-        raise _not_found(request)
-    if row["new_state"] is not None:
-        return _result(row, MessageState(row["new_state"]), changed=True)
-    _check_owner(request, row)
-    previous = MessageState(row["previous_state"])
-    if previous is target:
-        return _result(row, previous, changed=False)
-    raise StateConflict(
-        f"transaction {request.transaction_id!r} is already {previous.value}; "
-        f"it cannot {request.resolution.value}",
-        current_state=previous.value,
-    )
 
 
 def _result(row: dict[str, Any], state: MessageState, *, changed: bool) -> EndResult:

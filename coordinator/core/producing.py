@@ -17,19 +17,20 @@ from psycopg.types.json import Jsonb
 from coordinator.config import Settings
 from coordinator.core.database import fetch_all
 from coordinator.core.ids import new_message_id, new_transaction_id
-from coordinator.errors import InvalidMessage, MessageIdConflict, TransactionalMessagesRejected
+from coordinator.errors import (
+    CoordinatorError,
+    InvalidMessage,
+    MessageIdConflict,
+    TransactionalMessagesRejected,
+)
 from coordinator.models import NewMessage, SendResult
 from coordinator.states import MessageKind, MessageState
 from coordinator.validation import check_new_message
 
 
-async def store_messages(
-    conn: AsyncConnection[Any],
-    messages: Sequence[NewMessage],
-    settings: Settings,
-    *,
-    transactional: bool,
-) -> list[SendResult]:
+def validate_batch(
+    messages: Sequence[NewMessage], settings: Settings, *, transactional: bool
+) -> None:
     if not messages:
         raise InvalidMessage("a batch needs at least one message")
     if len(messages) > settings.max_batch_size:
@@ -48,6 +49,37 @@ async def store_messages(
                 raise
             raise InvalidMessage(f"message {position}: {error.message}") from None
 
+
+async def store_messages(
+    conn: AsyncConnection[Any],
+    messages: Sequence[NewMessage],
+    settings: Settings,
+    *,
+    transactional: bool,
+) -> list[SendResult]:
+    """Store a batch atomically: every message, or (on any error) none."""
+    validate_batch(messages, settings, transactional=transactional)
+    async with conn.transaction():
+        outcomes = await insert_validated(conn, messages, settings, transactional=transactional)
+        for outcome in outcomes:
+            if isinstance(outcome, CoordinatorError):
+                raise outcome  # leaves the transaction: nothing is stored
+        return [o for o in outcomes if isinstance(o, SendResult)]
+
+
+async def insert_validated(
+    conn: AsyncConnection[Any],
+    messages: Sequence[NewMessage],
+    settings: Settings,
+    *,
+    transactional: bool,
+) -> list[SendResult | CoordinatorError]:
+    """Insert validated messages in one statement; the caller owns the transaction.
+
+    A message whose id is already stored is answered from the stored row
+    (idempotent retry) or, if it is a different message, with a
+    MessageIdConflict for that message alone.
+    """
     message_ids = [m.message_id or new_message_id() for m in messages]
     kind = MessageKind.TRANSACTIONAL if transactional else MessageKind.NORMAL
     state = MessageState.PREPARED if transactional else MessageState.COMMITTED
@@ -66,47 +98,47 @@ async def store_messages(
         "state": state.value,
         "transaction_timeout_seconds": settings.transaction_timeout_seconds,
     }
-    async with conn.transaction():
-        inserted = await fetch_all(conn, "insert_messages", params)
-        stored = {row["message_id"]: (row, True) for row in inserted}
-        retried = sorted(set(message_ids) - stored.keys())
-        if retried:
-            for row in await fetch_all(
-                conn, "find_messages_by_message_id", {"message_ids": retried}
-            ):
-                stored[row["message_id"]] = (row, False)
-        results = []
-        seen: dict[str, tuple[str, str | None, str, bytes]] = {}
-        for message, message_id in zip(messages, message_ids, strict=True):
-            row, created_now = stored[message_id]
-            this = _fingerprint(message, kind)
-            if created_now:
-                # Inserted by this statement: only its first occurrence in the
-                # batch created it; a repeat within the batch is a retry of it.
-                earlier = seen.get(message_id)
-            else:
-                earlier = (
-                    row["kind"],
-                    row["producer_group"],
-                    row["topic"],
-                    bytes(row["body_sha256"]),
-                )
-            if earlier is not None and earlier != this:
-                raise MessageIdConflict(
+    inserted = await fetch_all(conn, "insert_messages", params)
+    stored = {row["message_id"]: (row, True) for row in inserted}
+    retried = sorted(set(message_ids) - stored.keys())
+    if retried:
+        for row in await fetch_all(conn, "find_messages_by_message_id", {"message_ids": retried}):
+            stored[row["message_id"]] = (row, False)
+    outcomes: list[SendResult | CoordinatorError] = []
+    seen: dict[str, tuple[str, str | None, str, bytes]] = {}
+    for message, message_id in zip(messages, message_ids, strict=True):
+        row, created_now = stored[message_id]
+        this = _fingerprint(message, kind)
+        if created_now:
+            # Inserted by this statement: only its first occurrence in the
+            # batch created it; a repeat within the batch is a retry of it.
+            earlier = seen.get(message_id)
+        else:
+            earlier = (
+                row["kind"],
+                row["producer_group"],
+                row["topic"],
+                bytes(row["body_sha256"]),
+            )
+        if earlier is not None and earlier != this:
+            outcomes.append(
+                MessageIdConflict(
                     f"message id {message_id!r} is already used by a different message "
                     "(another kind, producer group, topic or body)"
                 )
-            seen.setdefault(message_id, this)
-            results.append(
-                SendResult(
-                    offset=row["id"],
-                    message_id=message_id,
-                    transaction_id=row["transaction_id"],
-                    state=MessageState(row["state"]),
-                    created=earlier is None,
-                )
             )
-        return results
+            continue
+        seen.setdefault(message_id, this)
+        outcomes.append(
+            SendResult(
+                offset=row["id"],
+                message_id=message_id,
+                transaction_id=row["transaction_id"],
+                state=MessageState(row["state"]),
+                created=earlier is None,
+            )
+        )
+    return outcomes
 
 
 def _fingerprint(message: NewMessage, kind: MessageKind) -> tuple[str, str | None, str, bytes]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
@@ -21,10 +23,12 @@ from sqlalchemy import (
     MetaData,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
+from coordinator.check_states import CheckStatus, DispatchMode
 from coordinator.states import MessageKind, MessageState, Source
 
 
@@ -116,4 +120,149 @@ message_history = Table(
     CheckConstraint(_one_of("from_state", STATES, nullable=True), name="from_state"),
     CheckConstraint(_one_of("to_state", STATES), name="to_state"),
     Index("ix_message_history_message_offset", "message_offset"),
+)
+
+# --- Delivery (issue 4) --------------------------------------------------------
+# A consumer group's subscription to a topic. `tags` is the parsed tag filter
+# (NULL for `*`); the trigger on messages matches committed messages against
+# it. Only messages committed after the subscription exists reach the group
+# (RocketMQ's CONSUME_FROM_LAST_OFFSET).
+subscriptions = Table(
+    "subscriptions",
+    metadata,
+    Column("consumer_group", Text, primary_key=True),
+    Column("topic", Text, primary_key=True),
+    Column("expression", Text, nullable=False),
+    Column("tags", ARRAY(Text), nullable=True),
+    Column("fifo", Boolean, nullable=False, server_default=text("false")),
+    Column("max_delivery_attempts", Integer, nullable=False, server_default=text("16")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("max_delivery_attempts >= 1", name="max_delivery_attempts"),
+    Index("ix_subscriptions_topic", "topic"),
+)
+
+# One row per (committed message, subscribed consumer group) until the group
+# acks it: the table holds only unacked work, so it stays small. A row is
+# available while visible_at <= now(); a receive pushes visible_at forward
+# (in flight), counts the attempt and issues a new receipt handle. None of
+# the columns a receive or change of invisible duration updates is indexed,
+# so those updates stay HOT.
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column(
+        "message_offset",
+        BigInteger,
+        ForeignKey("messages.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("consumer_group", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("message_group", Text, nullable=True),
+    Column("committed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("visible_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("receipt_handle", Text, nullable=True),
+    ForeignKeyConstraint(
+        ["consumer_group", "topic"],
+        ["subscriptions.consumer_group", "subscriptions.topic"],
+        ondelete="CASCADE",
+    ),
+    UniqueConstraint("message_offset", "consumer_group"),
+    CheckConstraint("attempts >= 0", name="attempts"),
+    # The claim walks a group's rows in commit order.
+    Index("ix_deliveries_consumer_group_id", "consumer_group", "id"),
+    # FIFO: is an earlier (or in-flight) message of the same message group unacked?
+    Index(
+        "ix_deliveries_fifo",
+        "consumer_group",
+        "topic",
+        "message_group",
+        "id",
+        postgresql_where=text("message_group IS NOT NULL"),
+    ),
+)
+
+# Deliveries that used up their subscription's max_delivery_attempts: the
+# group's dead-letter queue, kept until requeued (or the message is deleted).
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column(
+        "message_offset",
+        BigInteger,
+        ForeignKey("messages.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("consumer_group", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("committed_at", DateTime(timezone=True), nullable=False),
+    Column("dead_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    UniqueConstraint("message_offset", "consumer_group"),
+    Index("ix_dead_letters_consumer_group_id", "consumer_group", "id"),
+)
+
+# --- Check-back (issue 3) ------------------------------------------------------
+# Producer instances, per producer group. An instance is live while it was
+# heard from (heartbeat or long poll) within producer_ttl_seconds; a check
+# URL makes it a push instance, otherwise it pulls its check requests.
+producers = Table(
+    "producers",
+    metadata,
+    Column("producer_group", Text, primary_key=True),
+    Column("instance_id", Text, primary_key=True),
+    Column("check_url", Text, nullable=True),
+    Column("registered_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+CHECK_STATUSES = [s.value for s in CheckStatus]
+DISPATCH_MODES = [m.value for m in DispatchMode]
+
+# The latest check-back of each half message that has been due at least once:
+# at most one row per message, deleted by a trigger when the message leaves
+# `prepared` and replaced when its next check is claimed, so the table never
+# holds more rows than there are pending half messages (RocketMQ #1544).
+check_requests = Table(
+    "check_requests",
+    metadata,
+    Column(
+        "message_offset",
+        BigInteger,
+        ForeignKey("messages.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("producer_group", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("via", Text, nullable=True),
+    Column("instance_id", Text, nullable=True),
+    Column("check_count", Integer, nullable=False),
+    Column("no_producer_attempts", Integer, nullable=False, server_default=text("0")),
+    Column("claimed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("delivered_at", DateTime(timezone=True), nullable=True),
+    Column("detail", Text, nullable=True),
+    CheckConstraint(_one_of("status", CHECK_STATUSES), name="status"),
+    CheckConstraint(_one_of("via", DISPATCH_MODES, nullable=True), name="via"),
+    # Addressed to an instance exactly when there was a live one to address.
+    CheckConstraint(
+        "(status = 'no_producer') = (instance_id IS NULL) "
+        "AND (instance_id IS NULL) = (via IS NULL)",
+        name="addressed",
+    ),
+    # A long poll reads the pending requests of one instance.
+    Index(
+        "ix_check_requests_producer_group_instance_id",
+        "producer_group",
+        "instance_id",
+        postgresql_where=text("status = 'pending'"),
+    ),
+    # A producer that comes back wakes the messages that waited for it.
+    Index(
+        "ix_check_requests_producer_group",
+        "producer_group",
+        postgresql_where=text("status = 'no_producer'"),
+    ),
 )

@@ -5,33 +5,45 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
-from starlette.responses import Response
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coordinator import __version__
 from coordinator.config import Settings
 from coordinator.core import Coordinator
+from coordinator.core.check_scheduler import running_check_scheduler
+from coordinator.http.checkback import router as checkback_router
+from coordinator.http.consumers import router as consumers_router
 from coordinator.http.errors import error_response, install_error_handlers
 from coordinator.http.routes import router
 
 
-class RequestSizeLimit(BaseHTTPMiddleware):
-    """Refuse oversized requests before reading them (HTTP 413)."""
+class RequestSizeLimit:
+    """Refuse oversized requests before reading them (HTTP 413).
 
-    def __init__(self, app: object, max_bytes: int) -> None:
-        super().__init__(app)  # type: ignore[arg-type]
+    A plain ASGI middleware: Starlette's BaseHTTPMiddleware would add a task
+    and a stream copy to every request on the hot path.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
         self.max_bytes = max_bytes
 
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            return error_response(
-                413,
-                "request_too_large",
-                f"the request has {length} bytes; at most {self.max_bytes} are accepted",
-            )
-        return await call_next(request)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for name, value in scope["headers"]:
+                if name == b"content-length":
+                    if value.isdigit() and int(value) > self.max_bytes:
+                        response = error_response(
+                            413,
+                            "request_too_large",
+                            f"the request has {value.decode()} bytes; "
+                            f"at most {self.max_bytes} are accepted",
+                        )
+                        await response(scope, receive, send)
+                        return
+                    break
+        await self.app(scope, receive, send)
 
 
 def create_app(database_url: str, settings: Settings | None = None) -> FastAPI:
@@ -41,7 +53,8 @@ def create_app(database_url: str, settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with Coordinator.connect(database_url, settings, listen=True) as core:
             app.state.coordinator = core
-            yield
+            async with running_check_scheduler(core):
+                yield
 
     app = FastAPI(
         title="coordinator",
@@ -52,4 +65,6 @@ def create_app(database_url: str, settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestSizeLimit, max_bytes=settings.max_request_bytes)
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(consumers_router)
+    app.include_router(checkback_router)
     return app

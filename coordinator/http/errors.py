@@ -16,6 +16,7 @@ STATUS_BY_ERROR: dict[type[errors.CoordinatorError], int] = {
     errors.StateConflict: 409,
     errors.ProducerGroupMismatch: 409,
     errors.MessageIdConflict: 409,
+    errors.ReceiptHandleStale: 409,
 }
 
 

@@ -6,9 +6,14 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from coordinator.core import Coordinator
+from coordinator.errors import CoordinatorError
+from coordinator.http.consumer_schemas import ConsumerLagOut
 from coordinator.http.schemas import (
     BatchIn,
     BatchOut,
+    EndBatchIn,
+    EndBatchItemOut,
+    EndBatchOut,
     EndIn,
     EndResultOut,
     ErrorOut,
@@ -93,6 +98,50 @@ async def end(
     return EndResultOut.of(result)
 
 
+@router.post(
+    "/v1/transactions/end-batch",
+    response_model=EndBatchOut,
+    responses=ERRORS,
+    tags=["transactions"],
+    summary="End many transactions in one database transaction, each with its own outcome",
+)
+async def end_batch(body: EndBatchIn, core: Coordinator = Depends(coordinator)) -> EndBatchOut:
+    requests = [
+        EndRequest(
+            transaction_id=item.transaction_id,
+            producer_group=item.producer_group,
+            resolution=item.resolution_value,
+            from_check=item.from_check,
+            message_id=item.message_id,
+        )
+        for item in body.requests
+    ]
+    outcomes = await core.end_batch(requests)
+    results = []
+    for request, outcome in zip(requests, outcomes, strict=True):
+        if isinstance(outcome, CoordinatorError):
+            results.append(
+                EndBatchItemOut(
+                    transaction_id=request.transaction_id,
+                    ok=False,
+                    error=outcome.code,
+                    message=outcome.message,
+                )
+            )
+        else:
+            results.append(
+                EndBatchItemOut(
+                    transaction_id=outcome.transaction_id,
+                    ok=True,
+                    offset=outcome.offset,
+                    message_id=outcome.message_id,
+                    state=outcome.state.value,
+                    changed=outcome.changed,
+                )
+            )
+    return EndBatchOut(results=results)
+
+
 @router.get(
     "/v1/transactions/{transaction_id}",
     response_model=MessageOut,
@@ -158,4 +207,5 @@ async def status(core: Coordinator = Depends(coordinator)) -> StatusOut:
             )
             for c in current.counts
         ],
+        consumer_lag=[ConsumerLagOut.of(lag) for lag in await core.delivery.lag()],
     )

@@ -14,6 +14,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from coordinator.http.consumer_schemas import ConsumerLagOut
 from coordinator.models import EndResult, HistoryEntry, MessageRecord, NewMessage, SendResult
 from coordinator.states import Resolution
 
@@ -107,6 +108,29 @@ class EndIn(_Strict):
     @property
     def resolution_value(self) -> Resolution:
         return Resolution(self.resolution)
+
+
+class EndBatchItemIn(EndIn):
+    transaction_id: str = Field(max_length=128)
+
+
+class EndBatchIn(_Strict):
+    requests: list[EndBatchItemIn]
+
+
+class EndBatchItemOut(BaseModel):
+    transaction_id: str
+    ok: bool
+    offset: int | None = None
+    message_id: str | None = None
+    state: str | None = None
+    changed: bool | None = None
+    error: str | None = Field(default=None, description="The error code when ok is false.")
+    message: str | None = None
+
+
+class EndBatchOut(BaseModel):
+    results: list[EndBatchItemOut]
 
 
 class EndResultOut(BaseModel):
@@ -212,6 +236,9 @@ class StatusOut(BaseModel):
     oldest_pending_transaction_id: str | None
     oldest_pending_age_seconds: float | None
     counts: list[StateCountOut]
+    consumer_lag: list[ConsumerLagOut] = Field(
+        default_factory=list, description="Per consumer group and topic (view consumer_lag)."
+    )
 
 
 class HealthOut(BaseModel):

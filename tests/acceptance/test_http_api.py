@@ -223,3 +223,45 @@ def test_rejected_transactional_messages_get_403(database_url: str) -> None:
         )
         huge = http.post("/v1/messages", json={"topic": TOPIC, "body_text": "x" * 2000})
         assert huge.status_code == 413 and "at most 1024" in huge.json()["message"]
+
+
+def test_ending_a_batch_answers_each_request(http: httpx.Client, db: psycopg.Connection) -> None:
+    sent = http.post("/v1/transactions/batch", json={"messages": [_half() for _ in range(4)]})
+    a, b, c, d = (r["transaction_id"] for r in sent.json()["results"])
+    http.post(f"/v1/transactions/{d}/end", json={"producer_group": GROUP, "resolution": "commit"})
+
+    def item(tx: str, resolution: str, group: str = GROUP) -> dict:
+        return {"transaction_id": tx, "producer_group": group, "resolution": resolution}
+
+    answer = http.post(
+        "/v1/transactions/end-batch",
+        json={
+            "requests": [
+                item(a, "commit"),
+                item(b, "rollback"),
+                item(c, "commit", group="other"),
+                item(d, "rollback"),
+                item("f" * 32, "commit"),
+            ]
+        },
+    )
+    assert answer.status_code == 200
+    results = answer.json()["results"]
+    assert [(r["ok"], r["state"], r["error"]) for r in results] == [
+        (True, "committed", None),
+        (True, "rolled_back", None),
+        (False, None, "producer_group_mismatch"),
+        (False, None, "state_conflict"),
+        (False, None, "not_found"),
+    ]
+    states = dict(db.execute("SELECT transaction_id, state FROM messages").fetchall())
+    assert (states[a], states[b], states[c], states[d]) == (
+        "committed",
+        "rolled_back",
+        "prepared",
+        "committed",
+    )
+    twice = http.post(
+        "/v1/transactions/end-batch", json={"requests": [item(c, "commit"), item(c, "rollback")]}
+    )
+    assert twice.status_code == 400 and "twice" in twice.json()["message"]

@@ -1,0 +1,96 @@
+"""The check-back job: APScheduler runs a round every check_scan_interval_seconds.
+
+`max_instances=1` and `coalesce=True`: a round that outlasts the interval is
+never joined by a second one on the same node, and missed runs collapse into
+one. Other nodes run their own job; SKIP LOCKED splits the due messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+if TYPE_CHECKING:
+    from coordinator.core.coordinator import Coordinator
+
+log = logging.getLogger(__name__)
+
+JOB_ID = "check-back-round"
+
+
+class CheckScheduler:
+    def __init__(self, core: Coordinator) -> None:
+        self._core = core
+        # Skipping a run while the previous round is still going is the point of
+        # max_instances=1, not a problem: keep APScheduler from warning about it.
+        quiet = log.getChild("apscheduler")
+        quiet.setLevel(logging.ERROR)
+        self._scheduler = AsyncIOScheduler(timezone=UTC, logger=quiet)
+        self._running: asyncio.Task[object] | None = None
+
+    def start(self) -> None:
+        interval = self._core.settings.check_scan_interval_seconds
+        self._scheduler.add_job(
+            self._run_round,
+            "interval",
+            seconds=interval,
+            id=JOB_ID,
+            max_instances=1,
+            coalesce=True,
+            # a round late by more than one interval is skipped: the next is due anyway
+            misfire_grace_time=max(1, int(interval)),
+            next_run_time=datetime.now(UTC),
+        )
+        self._scheduler.start()
+
+    async def stop(self) -> None:
+        self._scheduler.shutdown(wait=False)
+        running = self._running
+        if running is not None and not running.done():
+            # A round cut short loses nothing: an uncommitted claim rolls back,
+            # a committed one only waits for the message's next check.
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+
+    async def _run_round(self) -> None:
+        self._running = asyncio.current_task()
+        try:
+            result = await self._core.checkback.run_round()
+            if result.claimed:
+                log.info(
+                    "check-back round: %d checked, %d waiting for a producer, %d discarded, "
+                    "%d expired, %d pushed, %d push failures",
+                    len(result.checked),
+                    len(result.waiting),
+                    len(result.discarded),
+                    len(result.expired),
+                    result.pushed,
+                    result.push_failures,
+                )
+        except asyncio.CancelledError:
+            return  # stopping
+        except Exception:  # the database may be away for a while: try again next round
+            log.exception("check-back round failed")
+        finally:
+            self._running = None
+
+
+@contextlib.asynccontextmanager
+async def running_check_scheduler(core: Coordinator) -> AsyncIterator[CheckScheduler | None]:
+    """The check-back job for the lifetime of a served app (unless disabled)."""
+    if not core.settings.check_scheduler_enabled:
+        yield None
+        return
+    scheduler = CheckScheduler(core)
+    scheduler.start()
+    try:
+        yield scheduler
+    finally:
+        await scheduler.stop()

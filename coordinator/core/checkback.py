@@ -1,0 +1,328 @@
+"""The check-back engine (RocketMQ's 回查, done on Postgres).
+
+A half message nobody ended is due for a check-back at `next_check_at`. A
+round claims due messages in batches (`claim_due_checks`: SKIP LOCKED, next
+check time and check count advanced in the same transaction), then
+dispatches: pulled check requests are already in `check_requests` and their
+instances' long polls are woken by NOTIFY; pushed ones are POSTed here.
+
+Any number of coordinator nodes run rounds on one database; each due
+message goes to exactly one of them per round. The scheduler in
+`check_scheduler.py` runs `run_round` every `check_scan_interval_seconds`;
+tests call it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from coordinator import metrics
+from coordinator.check_states import CheckStatus, DispatchMode
+from coordinator.checkback_models import (
+    CheckRequest,
+    ClaimAction,
+    ClaimedCheck,
+    OperatorResult,
+    Producer,
+    RoundResult,
+)
+from coordinator.core import operator, push
+from coordinator.core import producers as registry
+from coordinator.core.database import fetch_all
+from coordinator.core.notifier import CHECKS_CHANNEL, Subscription
+from coordinator.db.queries import query
+from coordinator.errors import CoordinatorError, InvalidMessage
+from coordinator.models import EndRequest
+from coordinator.states import MessageState, Resolution, Source
+
+if TYPE_CHECKING:
+    from coordinator.core.coordinator import Coordinator
+
+log = logging.getLogger(__name__)
+
+# A round drains a backlog batch by batch, but not forever: the scheduler
+# starts the next round soon anyway.
+MAX_BATCHES_PER_ROUND = 100
+MAX_POLL_WAIT_SECONDS = 60.0
+MAX_POLL_REQUESTS = 1000
+
+
+class CheckBack:
+    def __init__(self, core: Coordinator) -> None:
+        self._core = core
+        self._push_slots = asyncio.Semaphore(core.settings.max_inflight_dispatches)
+
+    # --- producer registry --------------------------------------------------
+    async def heartbeat(
+        self, producer_group: str, instance_id: str, check_url: str | None = None
+    ) -> Producer:
+        """Register an instance or record that it is alive (with its check URL, if push)."""
+        async with self._core.pool.connection() as conn:
+            return await registry.heartbeat(
+                conn, self._core.settings, producer_group, instance_id, check_url
+            )
+
+    async def leave(self, producer_group: str, instance_id: str) -> bool:
+        """Remove an instance at clean shutdown; False if it was not registered."""
+        async with self._core.pool.connection() as conn:
+            return await registry.remove(conn, producer_group, instance_id)
+
+    async def producers(self, producer_group: str | None = None) -> list[Producer]:
+        async with self._core.pool.connection() as conn:
+            return await registry.list_producers(conn, self._core.settings, producer_group)
+
+    # --- the round ------------------------------------------------------------
+    async def run_round(self) -> RoundResult:
+        """Claim every due half message (batch by batch) and dispatch its check."""
+        started = time.perf_counter()
+        result = RoundResult()
+        async with self._core.pool.connection() as conn:
+            await registry.forget_stale(conn, self._core.settings)
+        for _ in range(MAX_BATCHES_PER_ROUND):
+            claimed = await self.claim()
+            result.add(claimed)
+            await self.dispatch(claimed, result)
+            if len(claimed) < self._core.settings.check_batch_size:
+                break
+        metrics.CHECK_ROUND_SECONDS.observe(time.perf_counter() - started)
+        return result
+
+    async def claim(self) -> list[ClaimedCheck]:
+        """Claim one batch of due messages; committed when this returns."""
+        settings = self._core.settings
+        retention_seconds = settings.retention_hours * 3600.0
+        async with self._core.pool.connection() as conn:
+            rows = await fetch_all(
+                conn,
+                "claim_due_checks",
+                {
+                    "batch_size": settings.check_batch_size,
+                    "producer_ttl_seconds": settings.producer_ttl_seconds,
+                    "retention_seconds": retention_seconds,
+                    "check_max": settings.check_max,
+                    "check_interval_seconds": settings.check_interval_seconds,
+                    "backoff": settings.check_backoff,
+                    "backoff_factor": settings.check_backoff_factor,
+                    "backoff_max_seconds": settings.check_backoff_max_seconds,
+                    "expiry_detail": (
+                        f"still prepared after the retention of {settings.retention_hours:g} hours"
+                    ),
+                },
+            )
+        claimed = [_claimed(row) for row in rows]
+        self._count_claimed(claimed)
+        return claimed
+
+    async def dispatch(
+        self, claimed: list[ClaimedCheck], result: RoundResult | None = None
+    ) -> RoundResult:
+        """POST the claimed push requests that are still open (pulled ones wait for polls)."""
+        result = result if result is not None else RoundResult()
+        pushes = [c for c in claimed if c.via is DispatchMode.PUSH]
+        if not pushes:
+            return result
+        async with self._core.pool.connection() as conn:
+            rows = await fetch_all(
+                conn,
+                "start_pushes",
+                {
+                    "offsets": [c.offset for c in pushes],
+                    "check_counts": [c.check_count for c in pushes],
+                },
+            )
+        still_open = {row["message_offset"] for row in rows}
+        secret = self._core.settings.check_push_secret
+        async with httpx.AsyncClient(
+            timeout=self._core.settings.check_push_timeout_seconds
+        ) as client:
+            outcomes = await asyncio.gather(
+                *(
+                    self._push_one(client, c, secret.get_secret_value() if secret else None)
+                    for c in pushes
+                    if c.offset in still_open
+                )
+            )
+        for outcome in outcomes:
+            if outcome.delivered:
+                result.pushed += 1
+                result.resolved_by_push += outcome.resolution is not None
+            else:
+                result.push_failures += 1
+        return result
+
+    async def _push_one(
+        self, client: httpx.AsyncClient, claimed: ClaimedCheck, secret: str | None
+    ) -> push.PushOutcome:
+        assert claimed.request is not None and claimed.check_url is not None
+        async with self._push_slots:
+            try:
+                outcome = await push.push(client, claimed.check_url, claimed.request, secret)
+            except Exception as error:  # a producer's endpoint must never break the round
+                outcome = push.PushOutcome(False, detail=f"{type(error).__name__}: {error}"[:500])
+        async with self._core.pool.connection() as conn:
+            await conn.execute(
+                query("finish_push"),
+                {
+                    "offset": claimed.offset,
+                    "check_count": claimed.check_count,
+                    "status": (
+                        CheckStatus.DELIVERED if outcome.delivered else CheckStatus.FAILED
+                    ).value,
+                    "detail": outcome.detail,
+                },
+            )
+        if not outcome.delivered:
+            metrics.CHECK_BACK_PUSH_FAILURES.inc()
+            log.info(
+                "check-back of transaction %s to %s failed: %s",
+                claimed.transaction_id,
+                claimed.check_url,
+                outcome.detail,
+            )
+            return outcome
+        metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.PUSH.value).inc()
+        if outcome.resolution is not None:
+            await self._end_from_push(claimed, outcome.resolution)
+        return outcome
+
+    async def _end_from_push(self, claimed: ClaimedCheck, resolution: Resolution) -> None:
+        assert claimed.request is not None
+        try:
+            await self._core.end(
+                EndRequest(
+                    transaction_id=claimed.transaction_id,
+                    producer_group=claimed.producer_group,
+                    resolution=resolution,
+                    from_check=True,
+                    message_id=claimed.request.message_id,
+                )
+            )
+        except CoordinatorError as error:
+            # e.g. resolved the other way meanwhile: the first resolution stands
+            log.info(
+                "check-back answer %s for transaction %s not applied: %s",
+                resolution.value,
+                claimed.transaction_id,
+                error.message,
+            )
+
+    def _count_claimed(self, claimed: list[ClaimedCheck]) -> None:
+        actions = [c.action for c in claimed]
+        metrics.count_resolution(
+            MessageState.DISCARDED, Source.DISCARD, actions.count(ClaimAction.DISCARD)
+        )
+        metrics.count_resolution(
+            MessageState.EXPIRED, Source.EXPIRY, actions.count(ClaimAction.EXPIRE)
+        )
+        waiting = actions.count(ClaimAction.WAIT)
+        if waiting:
+            metrics.CHECK_BACKS_WITHOUT_PRODUCER.inc(waiting)
+
+    # --- pull -----------------------------------------------------------------
+    async def poll(
+        self,
+        producer_group: str,
+        instance_id: str,
+        *,
+        wait_seconds: float = 0.0,
+        max_requests: int = 32,
+    ) -> list[CheckRequest]:
+        """Long poll: this instance's pending check requests, waiting up to wait_seconds.
+
+        Polling also counts as being heard from (the instance stays live).
+        """
+        if not 0 <= wait_seconds <= MAX_POLL_WAIT_SECONDS:
+            raise InvalidMessage(f"wait_seconds must be between 0 and {MAX_POLL_WAIT_SECONDS:g}")
+        if not 1 <= max_requests <= MAX_POLL_REQUESTS:
+            raise InvalidMessage(f"max_requests must be between 1 and {MAX_POLL_REQUESTS}")
+        settings = self._core.settings
+        async with self._core.pool.connection() as conn:
+            await registry.heartbeat(
+                conn, settings, producer_group, instance_id, None, keep_check_url=True
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        async with self._wake_ups(producer_group) as wake_up:
+            while True:
+                taken = await self._take(producer_group, instance_id, max_requests)
+                remaining = deadline - loop.time()
+                if taken or remaining <= 0:
+                    return taken
+                pause = min(remaining, settings.check_poll_fallback_seconds)
+                if wake_up is None:
+                    await asyncio.sleep(pause)
+                else:
+                    await wake_up.wait(pause)
+
+    @contextlib.asynccontextmanager
+    async def _wake_ups(self, producer_group: str) -> AsyncIterator[Subscription | None]:
+        notifier = self._core.notifier
+        if notifier is None:  # no LISTEN connection (CLI, plain cores): poll
+            yield None
+            return
+        async with notifier.subscribe(CHECKS_CHANNEL, producer_group) as subscription:
+            yield subscription
+
+    async def _take(self, producer_group: str, instance_id: str, limit: int) -> list[CheckRequest]:
+        async with self._core.pool.connection() as conn:
+            rows = await fetch_all(
+                conn,
+                "take_check_requests",
+                {"producer_group": producer_group, "instance_id": instance_id, "limit": limit},
+            )
+        if rows:
+            metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.PULL.value).inc(len(rows))
+        return [CheckRequest.from_row(row) for row in rows]
+
+    # --- operator -------------------------------------------------------------
+    async def recheck(self, offset: int) -> OperatorResult:
+        """Re-arm a discarded message: prepared, check count reset, checked back now."""
+        async with self._core.pool.connection() as conn:
+            return await operator.recheck(conn, self._core.settings, offset)
+
+    async def resolve(self, offset: int, resolution: Resolution) -> OperatorResult:
+        """Commit or roll back a prepared or discarded message by hand (source operator)."""
+        async with self._core.pool.connection() as conn:
+            result = await operator.resolve(conn, offset, resolution)
+        if result.changed:
+            metrics.count_resolution(result.state, Source.OPERATOR)
+        return result
+
+    # --- metrics --------------------------------------------------------------
+    async def refresh_gauges(self) -> None:
+        """Read the gauges that reflect database state (at scrape time)."""
+        async with self._core.pool.connection() as conn:
+            outstanding = await fetch_all(conn, "outstanding_half_messages", {})
+            instances = await fetch_all(
+                conn,
+                "producer_instance_counts",
+                {"producer_ttl_seconds": self._core.settings.producer_ttl_seconds},
+            )
+        metrics.set_outstanding(
+            [(r["producer_group"], r["topic"], r["messages"]) for r in outstanding]
+        )
+        metrics.set_producer_instances(
+            [(r["producer_group"], r["live"], r["registered"]) for r in instances]
+        )
+
+
+def _claimed(row: dict[str, Any]) -> ClaimedCheck:
+    via = DispatchMode(row["via"]) if row["via"] else None
+    return ClaimedCheck(
+        offset=row["message_offset"],
+        transaction_id=row["transaction_id"],
+        producer_group=row["producer_group"],
+        action=ClaimAction(row["action"]),
+        check_count=row["check_count"],
+        instance_id=row["instance_id"],
+        check_url=row["check_url"],
+        via=via,
+        request=CheckRequest.from_row(row) if via is DispatchMode.PUSH else None,
+    )

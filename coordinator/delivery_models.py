@@ -1,0 +1,98 @@
+"""Plain data of delivery (subscriptions, received messages, dead letters, lag).
+
+Independent of any transport, like coordinator.models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    consumer_group: str
+    topic: str
+    expression: str  # as given, e.g. "TagA || TagB"
+    tags: tuple[str, ...] | None  # parsed; None for "*" (every message)
+    fifo: bool
+    max_delivery_attempts: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeResult:
+    subscription: Subscription
+    created: bool  # False when an existing subscription was changed
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A message handed to one consumer of a group, invisible to the rest until acked."""
+
+    receipt_handle: str  # ack or change the invisible duration with this
+    delivery_attempt: int  # 1 on the first delivery, then counts redeliveries
+    invisible_until: datetime
+    consumer_group: str
+    offset: int
+    message_id: str
+    transaction_id: str | None
+    producer_group: str | None
+    topic: str
+    tags: str | None
+    keys: tuple[str, ...]
+    message_group: str | None
+    properties: dict[str, str]
+    body: bytes
+    born_at: datetime
+    committed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class InvisibleDurationChange:
+    receipt_handle: str  # the new handle; the old one no longer works
+    invisible_until: datetime
+    delivery_attempt: int
+
+
+class AckOutcome(StrEnum):
+    ACKED = "acked"
+    STALE = "stale"  # received again (or its duration changed) since this handle was issued
+    NOT_FOUND = "not_found"  # acked already, dead-lettered, or never issued to this group
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    receipt_handle: str
+    outcome: AckOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    id: int
+    consumer_group: str
+    topic: str
+    attempts: int
+    committed_at: datetime
+    dead_at: datetime
+    offset: int
+    message_id: str
+    transaction_id: str | None
+    producer_group: str | None
+    tags: str | None
+    keys: tuple[str, ...]
+    message_group: str | None
+    properties: dict[str, str]
+    body: bytes
+    born_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerLag:
+    consumer_group: str
+    topic: str
+    lag: int  # committed, not yet acked (in flight included)
+    in_flight: int
+    dead_letters: int
+    oldest_pending_at: datetime | None

@@ -1,0 +1,79 @@
+"""Request and response bodies of the producer and check-back routes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coordinator.checkback_models import CheckRequest, Producer
+
+
+class HeartbeatIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    check_url: str | None = Field(
+        default=None,
+        description=(
+            "Push: the URL check requests are POSTed to. Absent or null: the instance "
+            "pulls them (long poll). Send the same value with every heartbeat."
+        ),
+        examples=["http://10.0.0.7:9000/check"],
+    )
+
+
+class ProducerOut(BaseModel):
+    producer_group: str
+    instance_id: str
+    check_url: str | None
+    mode: Literal["pull", "push"]
+    registered_at: datetime
+    last_seen_at: datetime
+    live: bool
+    ttl_seconds: float = Field(
+        description="Not heard from for this long, the instance is not live: heartbeat well within."
+    )
+
+    @classmethod
+    def of(cls, producer: Producer, ttl_seconds: float) -> ProducerOut:
+        return cls(
+            producer_group=producer.producer_group,
+            instance_id=producer.instance_id,
+            check_url=producer.check_url,
+            mode=producer.mode.value,
+            registered_at=producer.registered_at,
+            last_seen_at=producer.last_seen_at,
+            live=producer.live,
+            ttl_seconds=ttl_seconds,
+        )
+
+
+class ProducersOut(BaseModel):
+    producers: list[ProducerOut]
+
+
+class CheckRequestOut(BaseModel):
+    """A check request: the same JSON object is POSTed to push instances."""
+
+    offset: int
+    message_id: str
+    transaction_id: str
+    producer_group: str
+    check_count: int = Field(description="This is the message's check number N (1 = first).")
+    topic: str
+    tags: str | None
+    keys: list[str]
+    properties: dict[str, str]
+    body_base64: str
+    body_text: str | None = Field(description="The body as UTF-8, null when it is not.")
+    message_group: str | None
+    born_at: datetime
+
+    @classmethod
+    def of(cls, request: CheckRequest) -> CheckRequestOut:
+        return cls.model_validate(request.to_json())
+
+
+class ChecksOut(BaseModel):
+    checks: list[CheckRequestOut]

@@ -1,0 +1,262 @@
+"""Request and response bodies of the consumer routes (subscribe, receive, ack, ...).
+
+Limits (max messages, durations, attempts) are checked in the core, so a
+value out of range is a 400 with a sentence, like every other rule.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coordinator.core.delivery import (
+    DEFAULT_INVISIBLE_SECONDS,
+    DEFAULT_MAX_DELIVERY_ATTEMPTS,
+    DEFAULT_MAX_MESSAGES,
+)
+from coordinator.delivery_models import (
+    AckResult,
+    ConsumerLag,
+    DeadLetter,
+    InvisibleDurationChange,
+    ReceivedMessage,
+    Subscription,
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _text(body: bytes) -> str | None:
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+class SubscriptionIn(_Strict):
+    expression: str = Field(
+        default="*",
+        description="Tag filter: '*' (every message), 'TagA', or 'TagA || TagB'.",
+        examples=["created || paid"],
+    )
+    fifo: bool = Field(
+        default=False,
+        description="Deliver messages of one message group one at a time, in commit order.",
+    )
+    max_delivery_attempts: int = Field(
+        default=DEFAULT_MAX_DELIVERY_ATTEMPTS,
+        description="Deliveries before a message moves to the dead letters (1 to 1000).",
+    )
+
+
+class SubscriptionOut(BaseModel):
+    consumer_group: str
+    topic: str
+    expression: str
+    tags: list[str] | None = Field(description="The parsed tags; null for '*'.")
+    fifo: bool
+    max_delivery_attempts: int
+    created_at: datetime
+
+    @classmethod
+    def of(cls, subscription: Subscription) -> SubscriptionOut:
+        return cls(
+            consumer_group=subscription.consumer_group,
+            topic=subscription.topic,
+            expression=subscription.expression,
+            tags=list(subscription.tags) if subscription.tags is not None else None,
+            fifo=subscription.fifo,
+            max_delivery_attempts=subscription.max_delivery_attempts,
+            created_at=subscription.created_at,
+        )
+
+
+class SubscribeOut(SubscriptionOut):
+    created: bool = Field(description="False when an existing subscription was changed.")
+
+
+class SubscriptionsOut(BaseModel):
+    subscriptions: list[SubscriptionOut]
+
+
+class ReceiveIn(_Strict):
+    max_messages: int = Field(default=DEFAULT_MAX_MESSAGES, description="1 to 1000.")
+    invisible_seconds: float = Field(
+        default=DEFAULT_INVISIBLE_SECONDS,
+        description="How long the messages stay invisible to the rest of the group "
+        "(more than 0, at most 43200).",
+    )
+    wait_seconds: float = Field(
+        default=0,
+        description="Long polling: wait up to this long for a first message (0 to 60).",
+    )
+    topic: str | None = Field(default=None, description="Only this subscribed topic.")
+
+
+class ReceivedMessageOut(BaseModel):
+    receipt_handle: str
+    delivery_attempt: int = Field(description="1 on the first delivery.")
+    invisible_until: datetime
+    consumer_group: str
+    offset: int
+    message_id: str
+    transaction_id: str | None
+    producer_group: str | None
+    topic: str
+    tags: str | None
+    keys: list[str]
+    message_group: str | None
+    properties: dict[str, str]
+    body_base64: str
+    body_text: str | None = Field(description="The body as text; null when not UTF-8.")
+    born_at: datetime
+    committed_at: datetime
+
+    @classmethod
+    def of(cls, message: ReceivedMessage) -> ReceivedMessageOut:
+        return cls(
+            receipt_handle=message.receipt_handle,
+            delivery_attempt=message.delivery_attempt,
+            invisible_until=message.invisible_until,
+            consumer_group=message.consumer_group,
+            offset=message.offset,
+            message_id=message.message_id,
+            transaction_id=message.transaction_id,
+            producer_group=message.producer_group,
+            topic=message.topic,
+            tags=message.tags,
+            keys=list(message.keys),
+            message_group=message.message_group,
+            properties=message.properties,
+            body_base64=base64.b64encode(message.body).decode(),
+            body_text=_text(message.body),
+            born_at=message.born_at,
+            committed_at=message.committed_at,
+        )
+
+
+class ReceiveOut(BaseModel):
+    messages: list[ReceivedMessageOut]
+
+
+class AckIn(_Strict):
+    receipt_handle: str
+
+
+class AckOut(BaseModel):
+    receipt_handle: str
+    outcome: Literal["acked", "stale", "not_found"]
+
+    @classmethod
+    def of(cls, result: AckResult) -> AckOut:
+        return cls(receipt_handle=result.receipt_handle, outcome=result.outcome.value)
+
+
+class AckBatchIn(_Strict):
+    receipt_handles: list[str] = Field(description="1 to 1000 receipt handles.")
+
+
+class AckBatchOut(BaseModel):
+    results: list[AckOut]
+
+
+class ChangeInvisibleDurationIn(_Strict):
+    receipt_handle: str
+    invisible_seconds: float = Field(description="From now; more than 0, at most 43200.")
+
+
+class ChangeInvisibleDurationOut(BaseModel):
+    receipt_handle: str = Field(description="The new handle; the old one no longer works.")
+    invisible_until: datetime
+    delivery_attempt: int
+
+    @classmethod
+    def of(cls, change: InvisibleDurationChange) -> ChangeInvisibleDurationOut:
+        return cls(
+            receipt_handle=change.receipt_handle,
+            invisible_until=change.invisible_until,
+            delivery_attempt=change.delivery_attempt,
+        )
+
+
+class DeadLetterOut(BaseModel):
+    id: int
+    consumer_group: str
+    topic: str
+    attempts: int
+    committed_at: datetime
+    dead_at: datetime
+    offset: int
+    message_id: str
+    transaction_id: str | None
+    producer_group: str | None
+    tags: str | None
+    keys: list[str]
+    message_group: str | None
+    properties: dict[str, str]
+    body_base64: str
+    body_text: str | None
+    born_at: datetime
+
+    @classmethod
+    def of(cls, letter: DeadLetter) -> DeadLetterOut:
+        return cls(
+            id=letter.id,
+            consumer_group=letter.consumer_group,
+            topic=letter.topic,
+            attempts=letter.attempts,
+            committed_at=letter.committed_at,
+            dead_at=letter.dead_at,
+            offset=letter.offset,
+            message_id=letter.message_id,
+            transaction_id=letter.transaction_id,
+            producer_group=letter.producer_group,
+            tags=letter.tags,
+            keys=list(letter.keys),
+            message_group=letter.message_group,
+            properties=letter.properties,
+            body_base64=base64.b64encode(letter.body).decode(),
+            body_text=_text(letter.body),
+            born_at=letter.born_at,
+        )
+
+
+class DeadLettersOut(BaseModel):
+    dead_letters: list[DeadLetterOut]
+
+
+class RequeueAllIn(_Strict):
+    topic: str | None = Field(default=None, description="Only this topic's dead letters.")
+
+
+class RequeueOut(BaseModel):
+    requeued: int
+
+
+class ConsumerLagOut(BaseModel):
+    consumer_group: str
+    topic: str
+    lag: int = Field(description="Committed messages not yet acked (in flight included).")
+    in_flight: int
+    dead_letters: int
+    oldest_pending_at: datetime | None
+
+    @classmethod
+    def of(cls, lag: ConsumerLag) -> ConsumerLagOut:
+        return cls(
+            consumer_group=lag.consumer_group,
+            topic=lag.topic,
+            lag=lag.lag,
+            in_flight=lag.in_flight,
+            dead_letters=lag.dead_letters,
+            oldest_pending_at=lag.oldest_pending_at,
+        )
+
+
+class ConsumerLagsOut(BaseModel):
+    lag: list[ConsumerLagOut]

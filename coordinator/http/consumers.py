@@ -1,0 +1,206 @@
+"""Consumer routes: subscriptions, receive, ack, invisible duration, dead letters, lag.
+
+RocketMQ 5 SimpleConsumer semantics over JSON. No SQL here: every route is
+one call of core.delivery.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Path, Query
+from fastapi.responses import JSONResponse
+
+from coordinator.core import Coordinator
+from coordinator.http.consumer_schemas import (
+    AckBatchIn,
+    AckBatchOut,
+    AckIn,
+    AckOut,
+    ChangeInvisibleDurationIn,
+    ChangeInvisibleDurationOut,
+    ConsumerLagOut,
+    ConsumerLagsOut,
+    DeadLetterOut,
+    DeadLettersOut,
+    ReceivedMessageOut,
+    ReceiveIn,
+    ReceiveOut,
+    RequeueAllIn,
+    RequeueOut,
+    SubscribeOut,
+    SubscriptionIn,
+    SubscriptionOut,
+    SubscriptionsOut,
+)
+from coordinator.http.routes import coordinator
+from coordinator.http.schemas import ErrorOut
+
+ERRORS = {
+    400: {"model": ErrorOut, "description": "Invalid name, expression, limit or handle"},
+    404: {"model": ErrorOut, "description": "No such subscription, message or dead letter"},
+    409: {"model": ErrorOut, "description": "Stale receipt handle (received again since)"},
+    422: {"model": ErrorOut, "description": "Malformed request body"},
+}
+
+GROUP = "/v1/consumer-groups/{consumer_group}"
+
+router = APIRouter(tags=["consumers"], responses=ERRORS)
+
+_group = Path(max_length=256, description="The consumer group.")
+_topic = Path(max_length=256)
+
+
+@router.put(
+    GROUP + "/subscriptions/{topic}",
+    response_model=SubscribeOut,
+    status_code=201,
+    responses={200: {"model": SubscribeOut, "description": "Existing subscription changed"}},
+    summary="Subscribe a consumer group to a topic (or change its subscription)",
+)
+async def subscribe(
+    body: SubscriptionIn,
+    consumer_group: str = _group,
+    topic: str = _topic,
+    core: Coordinator = Depends(coordinator),
+) -> JSONResponse:
+    result = await core.delivery.subscribe(
+        consumer_group,
+        topic,
+        body.expression,
+        fifo=body.fifo,
+        max_delivery_attempts=body.max_delivery_attempts,
+    )
+    out = SubscribeOut(
+        **SubscriptionOut.of(result.subscription).model_dump(), created=result.created
+    )
+    return JSONResponse(out.model_dump(mode="json"), status_code=201 if result.created else 200)
+
+
+@router.get(
+    GROUP + "/subscriptions", response_model=SubscriptionsOut, summary="A group's subscriptions"
+)
+async def subscriptions(
+    consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+) -> SubscriptionsOut:
+    found = await core.delivery.subscriptions(consumer_group)
+    return SubscriptionsOut(subscriptions=[SubscriptionOut.of(s) for s in found])
+
+
+@router.delete(
+    GROUP + "/subscriptions/{topic}",
+    response_model=SubscriptionOut,
+    summary="Unsubscribe: the group's unacked messages of the topic are dropped",
+)
+async def unsubscribe(
+    consumer_group: str = _group, topic: str = _topic, core: Coordinator = Depends(coordinator)
+) -> SubscriptionOut:
+    return SubscriptionOut.of(await core.delivery.unsubscribe(consumer_group, topic))
+
+
+@router.post(
+    GROUP + "/receive",
+    response_model=ReceiveOut,
+    summary="Receive up to max_messages, long polling up to wait_seconds",
+)
+async def receive(
+    body: ReceiveIn, consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+) -> ReceiveOut:
+    messages = await core.delivery.receive(
+        consumer_group,
+        max_messages=body.max_messages,
+        invisible_seconds=body.invisible_seconds,
+        wait_seconds=body.wait_seconds,
+        topic=body.topic,
+    )
+    return ReceiveOut(messages=[ReceivedMessageOut.of(m) for m in messages])
+
+
+@router.post(
+    GROUP + "/ack",
+    response_model=AckOut,
+    summary="Ack one message by its receipt handle (404 unknown, 409 stale)",
+)
+async def ack(
+    body: AckIn, consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+) -> AckOut:
+    await core.delivery.ack(consumer_group, body.receipt_handle)
+    return AckOut(receipt_handle=body.receipt_handle, outcome="acked")
+
+
+@router.post(
+    GROUP + "/ack/batch",
+    response_model=AckBatchOut,
+    summary="Ack many messages; each handle gets its outcome (acked, stale, not_found)",
+)
+async def ack_batch(
+    body: AckBatchIn, consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+) -> AckBatchOut:
+    results = await core.delivery.ack_batch(consumer_group, body.receipt_handles)
+    return AckBatchOut(results=[AckOut.of(r) for r in results])
+
+
+@router.post(
+    GROUP + "/change-invisible-duration",
+    response_model=ChangeInvisibleDurationOut,
+    summary="Keep a message invisible longer (or shorter); returns a new receipt handle",
+)
+async def change_invisible_duration(
+    body: ChangeInvisibleDurationIn,
+    consumer_group: str = _group,
+    core: Coordinator = Depends(coordinator),
+) -> ChangeInvisibleDurationOut:
+    change = await core.delivery.change_invisible_duration(
+        consumer_group, body.receipt_handle, body.invisible_seconds
+    )
+    return ChangeInvisibleDurationOut.of(change)
+
+
+@router.get(
+    GROUP + "/dead-letters", response_model=DeadLettersOut, summary="A group's dead letters"
+)
+async def dead_letters(
+    consumer_group: str = _group,
+    topic: str | None = Query(default=None, max_length=256),
+    limit: int = Query(default=100, description="1 to 1000, oldest first."),
+    core: Coordinator = Depends(coordinator),
+) -> DeadLettersOut:
+    letters = await core.delivery.dead_letters(consumer_group, topic=topic, limit=limit)
+    return DeadLettersOut(dead_letters=[DeadLetterOut.of(d) for d in letters])
+
+
+@router.post(
+    GROUP + "/dead-letters/requeue",
+    response_model=RequeueOut,
+    summary="Deliver all of a group's dead letters (of one topic) again",
+)
+async def requeue_all(
+    body: RequeueAllIn | None = None,
+    consumer_group: str = _group,
+    core: Coordinator = Depends(coordinator),
+) -> RequeueOut:
+    topic = body.topic if body is not None else None
+    return RequeueOut(
+        requeued=await core.delivery.requeue_dead_letters(consumer_group, topic=topic)
+    )
+
+
+@router.post(
+    GROUP + "/dead-letters/{dead_letter_id}/requeue",
+    response_model=RequeueOut,
+    summary="Deliver one dead letter again, with a fresh attempt count",
+)
+async def requeue_one(
+    consumer_group: str = _group,
+    dead_letter_id: int = Path(ge=1, le=2**63 - 1),
+    core: Coordinator = Depends(coordinator),
+) -> RequeueOut:
+    await core.delivery.requeue_dead_letter(dead_letter_id, consumer_group)
+    return RequeueOut(requeued=1)
+
+
+@router.get(GROUP + "/lag", response_model=ConsumerLagsOut, summary="A group's lag per topic")
+async def lag(
+    consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+) -> ConsumerLagsOut:
+    return ConsumerLagsOut(
+        lag=[ConsumerLagOut.of(x) for x in await core.delivery.lag(consumer_group)]
+    )

@@ -1,0 +1,75 @@
+"""Shared by the check-back tests: reading what the database holds, making messages due."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+from coordinator.config import Settings
+
+T = TypeVar("T")
+
+INSTANCE = "producer-a"
+
+
+def check_settings(**overrides: Any) -> Settings:
+    """Short intervals so the tests see check-backs happen."""
+    values: dict[str, Any] = {
+        "database_url": None,
+        "transaction_timeout_seconds": 0.2,
+        "check_interval_seconds": 0.3,
+        "check_max": 3,
+        "check_poll_fallback_seconds": 0.1,
+        "check_scheduler_enabled": False,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def make_due(db: psycopg.Connection, *offsets: int) -> None:
+    """Skip the wait: the messages' next check is now."""
+    db.execute("UPDATE messages SET next_check_at = now() WHERE id = ANY(%s)", (list(offsets),))
+
+
+def message(db: psycopg.Connection, offset: int) -> dict[str, Any]:
+    cursor = db.execute(
+        "SELECT state, check_count, next_check_at, resolved_at, resolution_source, born_at "
+        "FROM messages WHERE id = %s",
+        (offset,),
+    )
+    names = [c.name for c in cursor.description]
+    return dict(zip(names, cursor.fetchone(), strict=True))
+
+
+def check_request(db: psycopg.Connection, offset: int) -> dict[str, Any] | None:
+    cursor = db.execute("SELECT * FROM check_requests WHERE message_offset = %s", (offset,))
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return dict(zip([c.name for c in cursor.description], row, strict=True))
+
+
+def history(db: psycopg.Connection, offset: int) -> list[tuple]:
+    return db.execute(
+        "SELECT source, from_state, to_state, detail FROM message_history "
+        "WHERE message_offset = %s ORDER BY id",
+        (offset,),
+    ).fetchall()
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], done: Callable[[T], bool], timeout: float = 20.0
+) -> T:
+    """Call probe until done(result); a generous deadline, never a speed assertion."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await probe()
+        if done(result):
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached within {timeout} s: {result!r}")
+        await asyncio.sleep(0.05)

@@ -1,0 +1,92 @@
+"""A push producer's check URL for tests: a real HTTP server in a thread.
+
+It records every check request it receives (raw body and headers) and
+answers with whatever the test's `answer` function returns.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from coordinator.signing import SIGNATURE_HEADER, verify
+
+# status code and JSON body (None: an empty body)
+Answer = tuple[int, dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Received:
+    body: bytes
+    headers: dict[str, str]
+
+    @property
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+    @property
+    def signature(self) -> str | None:
+        return self.headers.get(SIGNATURE_HEADER.lower())
+
+    def signed_with(self, secret: str) -> bool:
+        return verify(self.body, secret, self.signature)
+
+
+class PushReceiver:
+    def __init__(self, answer: Callable[[Received], Answer] | None = None) -> None:
+        self.answer = answer or (lambda _: (200, None))
+        self.received: list[Received] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                request = Received(
+                    body=self.rfile.read(length),
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                )
+                with receiver._lock:
+                    receiver.received.append(request)
+                status, body = receiver.answer(request)
+                content = json.dumps(body).encode() if body is not None else b""
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            def log_message(self, *args: object) -> None:  # keep test output quiet
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/check"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def __enter__(self) -> PushReceiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def offsets(self) -> list[int]:
+        with self._lock:
+            return [r.json["offset"] for r in self.received]
+
+    def wait_for(self, count: int, timeout: float = 20.0) -> list[Received]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.received) >= count:
+                    return list(self.received)
+            time.sleep(0.05)
+        raise AssertionError(f"expected {count} pushed check requests, got {len(self.received)}")
