@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 import uvicorn
+from pydantic import SecretStr
 
 from coordinator.cli.common import console, settings_from
 from coordinator.db.urls import redact
@@ -29,6 +32,12 @@ def serve(
     ),
     max_body_bytes: int | None = typer.Option(
         None, "--max-body-bytes", help="Largest message body [default: 4194304]."
+    ),
+    workers: int = typer.Option(
+        1,
+        min=1,
+        help="Server processes sharing the port; all run check-backs (SKIP LOCKED keeps "
+        "them apart).",
     ),
     reject_transactional_messages: bool | None = typer.Option(
         None,
@@ -57,8 +66,24 @@ def serve(
         f"coordinator listening on http://{settings.host}:{settings.port} (API docs at /docs)",
         highlight=False,
     )
+    if workers == 1:
+        uvicorn.run(
+            create_app(url, settings), host=settings.host, port=settings.port, log_level="warning"
+        )
+        return
+    # Worker processes import the app by name and read their settings back
+    # from the environment, with the database already resolved and migrated.
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()  # model_dump would mask it
+        if value is not None:
+            os.environ[f"COORDINATOR_{name.upper()}"] = str(value)
+    os.environ["COORDINATOR_DATABASE_URL"] = url
     uvicorn.run(
-        create_app(url, settings),
+        "coordinator.http.app:app_from_environment",
+        factory=True,
+        workers=workers,
         host=settings.host,
         port=settings.port,
         log_level="warning",

@@ -74,7 +74,11 @@ async def insert_validated(
     *,
     transactional: bool,
 ) -> list[SendResult | CoordinatorError]:
-    """Insert validated messages in one statement; the caller owns the transaction.
+    """Insert validated messages with one statement (atomic by itself).
+
+    Inside a transaction (store_messages) everything commits or rolls back
+    together; on an autocommit connection (group commit) the statement is
+    its own transaction.
 
     A message whose id is already stored is answered from the stored row
     (idempotent retry) or, if it is a different message, with a

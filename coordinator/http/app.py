@@ -68,3 +68,15 @@ def create_app(database_url: str, settings: Settings | None = None) -> FastAPI:
     app.include_router(consumers_router)
     app.include_router(checkback_router)
     return app
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one `coordinator serve --workers N` process.
+
+    The parent resolved the database (embedded or configured) and put every
+    setting into COORDINATOR_* variables, which each worker reads back.
+    """
+    settings = Settings()
+    if not settings.database_url:
+        raise RuntimeError("COORDINATOR_DATABASE_URL must be set for serve workers")
+    return create_app(settings.database_url, settings)

@@ -37,7 +37,9 @@ ERRORS = {
 router = APIRouter()
 
 
-def coordinator(request: Request) -> Coordinator:
+async def coordinator(request: Request) -> Coordinator:
+    # async on purpose: FastAPI runs a plain `def` dependency in a thread
+    # pool, a thread hop on every request for what is an attribute read.
     return request.app.state.coordinator
 
 

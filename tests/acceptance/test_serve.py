@@ -27,12 +27,14 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve(workdir: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+def serve(
+    workdir: Path, *args: str, env: dict[str, str] | None = None, extra: list[str] | None = None
+) -> Iterator[str]:
     port = _free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
     environment.update(env or {})
     process = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", *args, "serve", "--port", str(port)],
+        [sys.executable, "-m", "coordinator", *args, "serve", "--port", str(port), *(extra or [])],
         cwd=workdir,
         env=environment,
         stdout=subprocess.PIPE,
@@ -124,3 +126,22 @@ def test_a_killed_coordinator_loses_no_acknowledged_message(tmp_path: Path) -> N
             json={"producer_group": GROUP, "resolution": "commit"},
         )
         assert commit.json()["changed"] is True
+
+
+def test_serve_with_several_workers_shares_the_port_and_the_database(
+    tmp_path: Path, database_url: str
+) -> None:
+    with serve(
+        tmp_path,
+        "--database-url",
+        database_url,
+        env={"COORDINATOR_CHECK_PUSH_SECRET": "s3cret"},
+        extra=["--workers", "2"],
+    ) as url:
+        sent = _prepare(url, 20)
+        for message in sent:
+            ended = httpx.post(
+                f"{url}/v1/transactions/{message['transaction_id']}/end",
+                json={"producer_group": GROUP, "resolution": "commit"},
+            )
+            assert ended.json()["state"] == "committed"

@@ -1,0 +1,52 @@
+"""The database a benchmark run measures: a fresh embedded server, or yours."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+from coordinator.db import migrate
+from coordinator.db.embedded import start_embedded
+
+
+@dataclass(frozen=True)
+class BenchDatabase:
+    url: str
+    embedded: bool
+
+    @property
+    def socket_dir(self) -> str | None:
+        return parse_qs(urlparse(self.url).query).get("host", [None])[0]
+
+
+@contextmanager
+def bench_database(url: str | None) -> Iterator[BenchDatabase]:
+    if url:
+        migrate.upgrade(url)
+        yield BenchDatabase(url, embedded=False)
+        return
+    data_dir = Path(tempfile.mkdtemp(prefix="coordinator-bench-"))
+    try:
+        embedded_url = start_embedded(data_dir, database="bench")
+        migrate.upgrade(embedded_url)
+        yield BenchDatabase(embedded_url, embedded=True)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def pgbench_binary() -> str:
+    """pgbench from the pgserver package (same major version as the embedded server)."""
+    import pgserver
+
+    bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+    if bundled.exists():
+        return str(bundled)
+    found = shutil.which("pgbench")
+    if found is None:
+        raise RuntimeError("pgbench not found (neither in pgserver nor on PATH)")
+    return found

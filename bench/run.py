@@ -1,0 +1,189 @@
+"""Run every benchmark in one go and print one table (and JSON).
+
+    python -m bench.run                 # the full run (1M and 10M resolved rows)
+    python -m bench.run --quick         # smaller and shorter, for a smoke test
+    python -m bench.run --database-url postgresql://...   # your server instead of embedded
+
+Each coordinator figure is printed next to the raw SQL limit measured in the
+same run on the same database (pgbench, same concurrency, no coordinator), as
+a ratio: these machines are shared and noisy, absolute numbers drift between
+runs, ratios much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.baseline import run_baseline
+from bench.checkback import grow_resolved, run_claim
+from bench.consumer_latency import run_consumer_latency
+from bench.database import bench_database
+from bench.http_load import run_batches, run_single
+from bench.server import coordinator_server
+
+console = Console(width=120)
+RESULTS = Path(__file__).parent / "results"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database-url", help="measure this server (default: embedded)")
+    parser.add_argument("--concurrency", type=int, default=16, help="producers / pgbench clients")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run")
+    parser.add_argument("--batch-size", type=int, default=200)
+    parser.add_argument("--resolved-rows", type=int, default=1_000_000)
+    parser.add_argument("--backlog", type=int, default=20_000, help="due half messages to claim")
+    parser.add_argument("--latency-samples", type=int, default=300)
+    parser.add_argument("--quick", action="store_true", help="small sizes and short runs")
+    parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds, args.resolved_rows, args.backlog, args.latency_samples = (
+            2.0,
+            20_000,
+            2_000,
+            30,
+        )
+
+    report: dict = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "settings": {k: str(v) for k, v in vars(args).items()},
+    }
+    with bench_database(args.database_url) as database:
+        report["database"] = "embedded (pgserver)" if database.embedded else "external"
+        with console.status("1/5 baseline: pgbench, the raw SQL limit ..."):
+            baseline = run_baseline(database, clients=args.concurrency, seconds=args.seconds)
+        report["baseline"] = asdict(baseline)
+        console.print(f"baseline: {baseline.messages_per_second:,.0f} msgs/s")
+
+        with coordinator_server(database.url) as url:
+            with console.status("2/5 coordinator over HTTP, one message per call ..."):
+                single = run_single(url, concurrency=args.concurrency, seconds=args.seconds)
+            report["http_single"] = _load(single)
+            console.print(f"single: {single.messages_per_second:,.0f} msgs/s")
+            with console.status("3/5 coordinator over HTTP, batch API ..."):
+                batches = run_batches(
+                    url,
+                    concurrency=max(1, args.concurrency // 4),
+                    seconds=args.seconds,
+                    batch_size=args.batch_size,
+                )
+            report["http_batch"] = _load(batches)
+            console.print(f"batch: {batches.messages_per_second:,.0f} msgs/s")
+            with console.status("4/5 commit-to-consumer latency ..."):
+                latency = run_consumer_latency(url, samples=args.latency_samples)
+            report["commit_to_consumer"] = _load(latency)
+            console.print(f"commit to consumer p99: {latency.percentile(99):.1f} ms")
+
+        claims = []
+        for round_no, rows in enumerate((args.resolved_rows, args.resolved_rows * 10), start=1):
+            with console.status(f"5/5 check-back claim: filling {rows:,} resolved rows ...") as s:
+                grow_resolved(
+                    database.url,
+                    rows,
+                    lambda have, s=s, rows=rows: s.update(
+                        f"5/5 check-back claim: {have:,} of {rows:,} resolved rows"
+                    ),
+                )
+                s.update(f"5/5 check-back claim: {args.backlog:,} due among {rows:,} resolved")
+                claims.append(
+                    run_claim(
+                        database.url,
+                        resolved_rows=rows,
+                        backlog=args.backlog,
+                        batch_size=args.batch_size,
+                        round_no=round_no,
+                    )
+                )
+            console.print(f"claim with {rows:,} resolved: {claims[-1].claimed_per_second:,.0f}/s")
+        report["check_claim"] = [
+            asdict(c)
+            | {
+                "claimed_per_second": c.claimed_per_second,
+                "dispatched_per_second": c.dispatched_per_second,
+                "ms_per_batch": c.ms_per_batch,
+            }
+            for c in claims
+        ]
+
+    _print_table(report, baseline.messages_per_second, single, batches, latency, claims)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    console.print(f"written to {args.out}")
+    return report
+
+
+def _load(result) -> dict:  # type: ignore[no-untyped-def]
+    return {
+        "messages": result.messages,
+        "seconds": round(result.seconds, 3),
+        "messages_per_second": round(result.messages_per_second, 1),
+        "p50_ms": round(result.percentile(50), 2),
+        "p99_ms": round(result.percentile(99), 2),
+    }
+
+
+def _print_table(report, baseline_rate, single, batches, latency, claims) -> None:  # type: ignore[no-untyped-def]
+    table = Table(title=f"coordinator benchmarks ({report['database']}, {os.cpu_count()} cores)")
+    for column in ("measure", "result", "p50", "p99", "vs baseline"):
+        table.add_column(column, justify="left" if column == "measure" else "right")
+    table.add_row("baseline: raw SQL (pgbench)", f"{baseline_rate:,.0f} msgs/s", "", "", "1.00x")
+    table.add_row(
+        "HTTP, one message per call",
+        f"{single.messages_per_second:,.0f} msgs/s",
+        f"{single.percentile(50):.1f} ms",
+        f"{single.percentile(99):.1f} ms",
+        f"{single.messages_per_second / baseline_rate:.2f}x",
+    )
+    table.add_row(
+        "HTTP, batch API",
+        f"{batches.messages_per_second:,.0f} msgs/s",
+        f"{batches.percentile(50):.1f} ms",
+        f"{batches.percentile(99):.1f} ms",
+        f"{batches.messages_per_second / baseline_rate:.2f}x",
+    )
+    table.add_row(
+        "commit to consumer (waiting)",
+        f"{latency.messages} samples",
+        f"{latency.percentile(50):.1f} ms",
+        f"{latency.percentile(99):.1f} ms",
+        "",
+    )
+    for claim in claims:
+        table.add_row(
+            f"check claim, {claim.resolved_rows:,} resolved rows",
+            f"{claim.claimed_per_second:,.0f} claims/s",
+            f"{claim.ms_per_batch:.1f} ms/batch",
+            "",
+            f"{claim.claimed_per_second / baseline_rate:.2f}x",
+        )
+    if len(claims) == 2:
+        growth = claims[1].ms_per_batch / claims[0].ms_per_batch
+        table.add_row("claim time, 10x resolved rows", f"{growth:.2f}x", "", "", "")
+        report["claim_time_growth_10x"] = round(growth, 3)
+    for claim in claims:
+        table.add_row(
+            f"check claim + pull dispatch, {claim.resolved_rows:,}",
+            f"{claim.dispatched_per_second:,.0f} checks/s",
+            "",
+            "",
+            "",
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    main()
+    console.print(f"total {time.perf_counter() - started:.0f} s")

@@ -1,0 +1,72 @@
+"""The Python SDK: RocketMQ's programming model over the coordinator's HTTP API.
+
+Importing it starts nothing and needs none of the server's machinery (only
+httpx; the barrier helper imports psycopg or SQLAlchemy when used).
+"""
+
+from coordinator.client._protocol import RetryPolicy
+from coordinator.client.aio import AsyncTransactionProducer
+from coordinator.client.barrier import (
+    AsyncBarrierTransactionListener,
+    Barrier,
+    BarrierTransactionListener,
+)
+from coordinator.client.consumer import (
+    AsyncPushConsumer,
+    AsyncSimpleConsumer,
+    ConsumeResult,
+    PushConsumer,
+    SimpleConsumer,
+)
+from coordinator.client.errors import (
+    Conflict,
+    CoordinatorClientError,
+    CoordinatorRequestError,
+    CoordinatorUnavailable,
+    InvalidRequest,
+    MessageIdConflict,
+    NotFound,
+    ProducerGroupMismatch,
+    StateConflict,
+    TransactionalMessagesRejected,
+)
+from coordinator.client.listener import AsyncTransactionListener, TransactionListener
+from coordinator.client.message import (
+    LocalTransactionState,
+    Message,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+)
+from coordinator.client.producer import TransactionProducer
+
+__all__ = [
+    "AsyncBarrierTransactionListener",
+    "AsyncPushConsumer",
+    "AsyncSimpleConsumer",
+    "AsyncTransactionListener",
+    "AsyncTransactionProducer",
+    "Barrier",
+    "BarrierTransactionListener",
+    "Conflict",
+    "ConsumeResult",
+    "CoordinatorClientError",
+    "CoordinatorRequestError",
+    "CoordinatorUnavailable",
+    "InvalidRequest",
+    "LocalTransactionState",
+    "Message",
+    "MessageIdConflict",
+    "NotFound",
+    "ProducerGroupMismatch",
+    "PushConsumer",
+    "ReceivedMessage",
+    "RetryPolicy",
+    "SendResult",
+    "SendStatus",
+    "SimpleConsumer",
+    "StateConflict",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionalMessagesRejected",
+]

@@ -1,0 +1,211 @@
+"""The barrier helper: check-backs that answer themselves (DTM's barrier trick).
+
+For a producer whose local transaction runs in PostgreSQL. Inside the local
+transaction, `mark_committed` inserts a row keyed by the transaction id into
+the producer's own database. A check-back then needs no user code: `check`
+inserts a `rolled_back` marker for the same key, ignoring a conflict, and reads
+which row won:
+
+- the local transaction committed: its `committed` row is there -> COMMIT;
+- it rolled back or never ran: the marker is inserted -> ROLLBACK, and a late
+  local transaction now fails on the primary key, so it can never commit;
+- it is still running: the insert waits on the key until it ends, then one
+  of the two cases above applies.
+
+Call `mark_committed` first in the local transaction, so a concurrent check
+waits for the whole transaction rather than racing its business writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from coordinator.client.listener import AsyncTransactionListener, TransactionListener
+from coordinator.client.message import LocalTransactionState, Message
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TABLE = "coordinator_barrier"
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
+
+
+class Barrier:
+    def __init__(self, table: str = DEFAULT_TABLE) -> None:
+        if not _IDENTIFIER.match(table):
+            raise ValueError(f"barrier table name {table!r} is not a plain SQL identifier")
+        self.table = table
+
+    def ddl(self) -> str:
+        """The barrier table, for your own migrations."""
+        return (
+            f"CREATE TABLE IF NOT EXISTS {self.table} (\n"
+            "    transaction_id text PRIMARY KEY,\n"
+            "    outcome text NOT NULL CHECK (outcome IN ('committed', 'rolled_back')),\n"
+            "    created_at timestamptz NOT NULL DEFAULT now()\n"
+            ")"
+        )
+
+    @property
+    def _mark_sql(self) -> str:
+        return f"INSERT INTO {self.table} (transaction_id, outcome) VALUES (:tid, 'committed')"
+
+    @property
+    def _marker_sql(self) -> str:
+        return (
+            f"INSERT INTO {self.table} (transaction_id, outcome) VALUES (:tid, 'rolled_back') "
+            "ON CONFLICT (transaction_id) DO NOTHING"
+        )
+
+    @property
+    def _read_sql(self) -> str:
+        return f"SELECT outcome FROM {self.table} WHERE transaction_id = :tid"
+
+    # sync: psycopg Connection, or SQLAlchemy Connection / Session ------------
+    def create_table(self, conn: Any) -> None:
+        _execute(conn, self.ddl(), {})
+
+    def mark_committed(self, conn: Any, transaction_id: str) -> None:
+        """Inside the local transaction: it commits with it, or not at all."""
+        _execute(conn, self._mark_sql, {"tid": transaction_id})
+
+    def check(self, conn: Any, transaction_id: str) -> LocalTransactionState:
+        """Decide a check-back. Run in a transaction of its own; commit it afterwards."""
+        _execute(conn, self._marker_sql, {"tid": transaction_id})
+        row = _execute(conn, self._read_sql, {"tid": transaction_id}).fetchone()
+        return _state(row)
+
+    # asyncio: psycopg AsyncConnection ----------------------------------------
+    async def create_table_async(self, conn: Any) -> None:
+        await conn.execute(_psycopg(self.ddl()), {})
+
+    async def mark_committed_async(self, conn: Any, transaction_id: str) -> None:
+        await conn.execute(_psycopg(self._mark_sql), {"tid": transaction_id})
+
+    async def check_async(self, conn: Any, transaction_id: str) -> LocalTransactionState:
+        await conn.execute(_psycopg(self._marker_sql), {"tid": transaction_id})
+        cursor = await conn.execute(_psycopg(self._read_sql), {"tid": transaction_id})
+        return _state(await cursor.fetchone())
+
+
+def _state(row: Any) -> LocalTransactionState:
+    if row is not None and row[0] == "committed":
+        return LocalTransactionState.COMMIT
+    return LocalTransactionState.ROLLBACK
+
+
+def _psycopg(sql: str) -> str:
+    return re.sub(r":(\w+)", r"%(\1)s", sql)
+
+
+def _execute(conn: Any, sql: str, params: dict[str, Any]) -> Any:
+    """Run on a psycopg connection or an SQLAlchemy Connection/Session."""
+    if type(conn).__module__.startswith("sqlalchemy"):
+        from sqlalchemy import text
+
+        return conn.execute(text(sql), params)
+    return conn.execute(_psycopg(sql), params)
+
+
+LocalTransaction = Callable[[Any, Message, Any], None]
+AsyncLocalTransaction = Callable[[Any, Message, Any], Awaitable[None]]
+
+
+class BarrierTransactionListener(TransactionListener):
+    """A ready-made listener: your local transaction plus the barrier; checks answer themselves.
+
+    `database` is an SQLAlchemy Engine or a libpq URL (psycopg).
+    `local_transaction(conn, msg, arg)` does your business writes on `conn`,
+    inside the same database transaction as the barrier row.
+    """
+
+    def __init__(
+        self, database: Any, local_transaction: LocalTransaction, barrier: Barrier | None = None
+    ) -> None:
+        self.database = database
+        self.local_transaction = local_transaction
+        self.barrier = barrier or Barrier()
+
+    def _connect(self) -> Any:
+        if isinstance(self.database, str):
+            import psycopg
+
+            return psycopg.connect(self.database)
+        return self.database.connect()  # SQLAlchemy Engine: a transaction begins on first use
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        assert msg.transaction_id is not None
+        conn = self._connect()
+        try:
+            try:
+                self.barrier.mark_committed(conn, msg.transaction_id)
+                self.local_transaction(conn, msg, arg)
+            except Exception:
+                # Nothing was committed: safe to say so (a check-back's marker
+                # makes the insert fail here, which also lands in this branch).
+                log.exception("local transaction %s failed; rolling back", msg.transaction_id)
+                conn.rollback()
+                return LocalTransactionState.ROLLBACK
+            try:
+                conn.commit()
+            except Exception:
+                # The commit's outcome is unknown; the barrier will tell at check time.
+                log.exception("commit of local transaction %s failed", msg.transaction_id)
+                return LocalTransactionState.UNKNOWN
+            return LocalTransactionState.COMMIT
+        finally:
+            conn.close()
+
+    def check_local_transaction(self, msg: Message) -> LocalTransactionState:
+        assert msg.transaction_id is not None
+        conn = self._connect()
+        try:
+            state = self.barrier.check(conn, msg.transaction_id)
+            conn.commit()
+            return state
+        finally:
+            conn.close()
+
+
+class AsyncBarrierTransactionListener(AsyncTransactionListener):
+    """The asyncio twin, over psycopg's AsyncConnection (`database` is a libpq URL)."""
+
+    def __init__(
+        self,
+        database: str,
+        local_transaction: AsyncLocalTransaction,
+        barrier: Barrier | None = None,
+    ) -> None:
+        self.database = database
+        self.local_transaction = local_transaction
+        self.barrier = barrier or Barrier()
+
+    async def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        import psycopg
+
+        assert msg.transaction_id is not None
+        async with await psycopg.AsyncConnection.connect(self.database) as conn:
+            try:
+                await self.barrier.mark_committed_async(conn, msg.transaction_id)
+                await self.local_transaction(conn, msg, arg)
+            except Exception:
+                log.exception("local transaction %s failed; rolling back", msg.transaction_id)
+                await conn.rollback()
+                return LocalTransactionState.ROLLBACK
+            try:
+                await conn.commit()
+            except Exception:
+                log.exception("commit of local transaction %s failed", msg.transaction_id)
+                return LocalTransactionState.UNKNOWN
+            return LocalTransactionState.COMMIT
+
+    async def check_local_transaction(self, msg: Message) -> LocalTransactionState:
+        import psycopg
+
+        assert msg.transaction_id is not None
+        async with await psycopg.AsyncConnection.connect(self.database) as conn:
+            state = await self.barrier.check_async(conn, msg.transaction_id)
+            await conn.commit()
+            return state
