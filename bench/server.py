@@ -1,16 +1,25 @@
-"""`coordinator serve` as a separate process, as users run it."""
+"""`coordinator serve` as a separate process, as users run it (benchmarks and tests)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    url: str
+    process: subprocess.Popen[bytes]
 
 
 def free_port() -> int:
@@ -20,26 +29,44 @@ def free_port() -> int:
 
 
 @contextmanager
-def coordinator_server(database_url: str, *, workers: int = 1, **settings: object) -> Iterator[str]:
+def serve_process(
+    *,
+    cwd: Path | None = None,
+    global_args: Sequence[str] = (),
+    serve_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    startup_seconds: float = 90.0,
+) -> Iterator[RunningServer]:
+    """Start `coordinator [global_args] serve [serve_args]`, wait until healthy, stop on exit.
+
+    The caller's COORDINATOR_* variables are not inherited: only `env` counts.
+    """
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
-    env.update({f"COORDINATOR_{k.upper()}": str(v) for k, v in settings.items()})
-    env["COORDINATOR_DATABASE_URL"] = database_url
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
+    environment.update(env or {})
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "coordinator", "serve",
-            "--port", str(port), "--workers", str(workers),
-        ],  # fmt: skip
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "coordinator",
+            *global_args,
+            "serve",
+            "--port",
+            str(port),
+            *serve_args,
+        ],
+        cwd=cwd,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + startup_seconds
         while True:
             if process.poll() is not None:
-                raise RuntimeError(process.stderr.read().decode())  # type: ignore[union-attr]
+                output = process.stdout.read().decode() if process.stdout else ""
+                raise RuntimeError(f"coordinator serve exited: {output}")
             try:
                 if httpx.get(f"{url}/health", timeout=1).status_code == 200:
                     break
@@ -48,10 +75,21 @@ def coordinator_server(database_url: str, *, workers: int = 1, **settings: objec
             if time.monotonic() > deadline:
                 raise RuntimeError("coordinator serve did not become healthy")
             time.sleep(0.2)
-        yield url
+        yield RunningServer(url, process)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextmanager
+def coordinator_server(database_url: str, *, workers: int = 1, **settings: object) -> Iterator[str]:
+    """A server on `database_url` with COORDINATOR_<NAME> settings; yields its URL."""
+    env = {f"COORDINATOR_{name.upper()}": str(value) for name, value in settings.items()}
+    env["COORDINATOR_DATABASE_URL"] = database_url
+    with serve_process(env=env, serve_args=["--workers", str(workers)]) as server:
+        yield server.url

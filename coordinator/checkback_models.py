@@ -6,12 +6,12 @@ object is returned by the long poll and POSTed to push producers.
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from coordinator.bodies import body_fields
 from coordinator.check_states import DispatchMode
 from coordinator.states import MessageState
 
@@ -50,10 +50,6 @@ class CheckRequest:
     born_at: datetime
 
     def to_json(self) -> dict[str, Any]:
-        try:
-            text: str | None = self.body.decode()
-        except UnicodeDecodeError:
-            text = None
         return {
             "offset": self.offset,
             "message_id": self.message_id,
@@ -64,8 +60,7 @@ class CheckRequest:
             "tags": self.tags,
             "keys": list(self.keys),
             "properties": dict(self.properties),
-            "body_base64": base64.b64encode(self.body).decode(),
-            "body_text": text,
+            **body_fields(self.body),
             "message_group": self.message_group,
             "born_at": self.born_at.isoformat(),
         }

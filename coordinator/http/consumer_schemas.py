@@ -6,12 +6,12 @@ value out of range is a 400 with a sentence, like every other rule.
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coordinator.bodies import body_fields
 from coordinator.core.delivery import (
     DEFAULT_INVISIBLE_SECONDS,
     DEFAULT_MAX_DELIVERY_ATTEMPTS,
@@ -29,13 +29,6 @@ from coordinator.delivery_models import (
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-def _text(body: bytes) -> str | None:
-    try:
-        return body.decode()
-    except UnicodeDecodeError:
-        return None
 
 
 class SubscriptionIn(_Strict):
@@ -133,8 +126,7 @@ class ReceivedMessageOut(BaseModel):
             keys=list(message.keys),
             message_group=message.message_group,
             properties=message.properties,
-            body_base64=base64.b64encode(message.body).decode(),
-            body_text=_text(message.body),
+            **body_fields(message.body),
             born_at=message.born_at,
             committed_at=message.committed_at,
         )
@@ -220,8 +212,7 @@ class DeadLetterOut(BaseModel):
             keys=list(letter.keys),
             message_group=letter.message_group,
             properties=letter.properties,
-            body_base64=base64.b64encode(letter.body).decode(),
-            body_text=_text(letter.body),
+            **body_fields(letter.body),
             born_at=letter.born_at,
         )
 

@@ -23,6 +23,7 @@ from coordinator.http.schemas import (
     SendResultOut,
     StateCountOut,
     StatusOut,
+    send_result_json,
 )
 from coordinator.models import EndRequest
 
@@ -60,8 +61,8 @@ async def health(response: Response, core: Coordinator = Depends(coordinator)) -
     summary="Send a half (prepared) message",
 )
 async def prepare(body: MessageIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
-    result = SendResultOut.of(await core.prepare(body.to_message()))
-    return JSONResponse(result.model_dump(), status_code=201 if result.created else 200)
+    result = await core.prepare(body.to_message())
+    return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
 
 
 @router.post(
@@ -71,9 +72,9 @@ async def prepare(body: MessageIn, core: Coordinator = Depends(coordinator)) -> 
     tags=["transactions"],
     summary="Send many half messages in one database transaction",
 )
-async def prepare_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> BatchOut:
+async def prepare_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
     results = await core.prepare_batch([m.to_message() for m in body.messages])
-    return BatchOut(results=[SendResultOut.of(r) for r in results])
+    return JSONResponse({"results": [send_result_json(r) for r in results]})
 
 
 @router.post(
@@ -87,7 +88,7 @@ async def end(
     body: EndIn,
     transaction_id: str = Path(max_length=128),
     core: Coordinator = Depends(coordinator),
-) -> EndResultOut:
+) -> JSONResponse:
     result = await core.end(
         EndRequest(
             transaction_id=transaction_id,
@@ -97,7 +98,7 @@ async def end(
             message_id=body.message_id,
         )
     )
-    return EndResultOut.of(result)
+    return JSONResponse(EndResultOut.of(result).model_dump())
 
 
 @router.post(
@@ -107,7 +108,7 @@ async def end(
     tags=["transactions"],
     summary="End many transactions in one database transaction, each with its own outcome",
 )
-async def end_batch(body: EndBatchIn, core: Coordinator = Depends(coordinator)) -> EndBatchOut:
+async def end_batch(body: EndBatchIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
     requests = [
         EndRequest(
             transaction_id=item.transaction_id,
@@ -141,7 +142,7 @@ async def end_batch(body: EndBatchIn, core: Coordinator = Depends(coordinator)) 
                     changed=outcome.changed,
                 )
             )
-    return EndBatchOut(results=results)
+    return JSONResponse(EndBatchOut(results=results).model_dump())
 
 
 @router.get(
@@ -165,14 +166,14 @@ async def get_by_transaction(
     summary="Send a normal (non-transactional) message",
 )
 async def send(body: MessageIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
-    result = SendResultOut.of(await core.send(body.to_message()))
-    return JSONResponse(result.model_dump(), status_code=201 if result.created else 200)
+    result = await core.send(body.to_message())
+    return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
 
 
 @router.post("/v1/messages/batch", response_model=BatchOut, responses=ERRORS, tags=["messages"])
-async def send_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> BatchOut:
+async def send_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
     results = await core.send_batch([m.to_message() for m in body.messages])
-    return BatchOut(results=[SendResultOut.of(r) for r in results])
+    return JSONResponse({"results": [send_result_json(r) for r in results]})
 
 
 @router.get(

@@ -12,8 +12,9 @@ import binascii
 from datetime import datetime
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from coordinator.bodies import body_fields
 from coordinator.http.consumer_schemas import ConsumerLagOut
 from coordinator.models import EndResult, HistoryEntry, MessageRecord, NewMessage, SendResult
 from coordinator.states import Resolution
@@ -41,26 +42,26 @@ class MessageIn(_Strict):
     )
     message_group: str | None = Field(default=None, description="FIFO message group key.")
 
+    # The decoded body, kept from validation so it is decoded once.
+    _body: bytes = PrivateAttr(default=b"")
+
     @model_validator(mode="after")
     def _one_body(self) -> Self:
         if (self.body_base64 is None) == (self.body_text is None):
             raise ValueError("give the body as exactly one of body_base64 or body_text")
         if self.body_base64 is not None:
             try:
-                base64.b64decode(self.body_base64, validate=True)
+                self._body = base64.b64decode(self.body_base64, validate=True)
             except (binascii.Error, ValueError):
                 raise ValueError("body_base64 is not valid base64") from None
+        else:
+            self._body = (self.body_text or "").encode()
         return self
 
     def to_message(self) -> NewMessage:
-        body = (
-            base64.b64decode(self.body_base64, validate=True)
-            if self.body_base64 is not None
-            else (self.body_text or "").encode()
-        )
         return NewMessage(
             topic=self.topic,
-            body=body,
+            body=self._body,
             producer_group=self.producer_group,
             tags=self.tags,
             keys=tuple(self.keys),
@@ -84,15 +85,16 @@ class SendResultOut(BaseModel):
         description="False when an earlier send with this message id is returned."
     )
 
-    @classmethod
-    def of(cls, result: SendResult) -> SendResultOut:
-        return cls(
-            offset=result.offset,
-            message_id=result.message_id,
-            transaction_id=result.transaction_id,
-            state=result.state.value,
-            created=result.created,
-        )
+
+def send_result_json(result: SendResult) -> dict[str, object]:
+    """SendResultOut as a plain dict, for the hot routes that skip re-validation."""
+    return {
+        "offset": result.offset,
+        "message_id": result.message_id,
+        "transaction_id": result.transaction_id,
+        "state": result.state.value,
+        "created": result.created,
+    }
 
 
 class BatchOut(BaseModel):
@@ -193,10 +195,6 @@ class MessageOut(BaseModel):
 
     @classmethod
     def of(cls, record: MessageRecord) -> MessageOut:
-        try:
-            text: str | None = record.body.decode()
-        except UnicodeDecodeError:
-            text = None
         return cls(
             offset=record.offset,
             message_id=record.message_id,
@@ -208,8 +206,7 @@ class MessageOut(BaseModel):
             keys=list(record.keys),
             message_group=record.message_group,
             properties=record.properties,
-            body_base64=base64.b64encode(record.body).decode(),
-            body_text=text,
+            **body_fields(record.body),
             state=record.state.value,
             check_count=record.check_count,
             check_immunity_seconds=(

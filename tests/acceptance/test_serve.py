@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,54 +9,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.server import serve_process
 from tests.factories import GROUP, TOPIC
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
 def serve(
     workdir: Path, *args: str, env: dict[str, str] | None = None, extra: list[str] | None = None
 ) -> Iterator[str]:
-    port = _free_port()
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
-    environment.update(env or {})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", *args, "serve", "--port", str(port), *(extra or [])],
-        cwd=workdir,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(process.stdout.read().decode())  # type: ignore[union-attr]
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError("coordinator serve did not become healthy")
-            time.sleep(0.2)
-        yield url
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with serve_process(cwd=workdir, global_args=args, serve_args=extra or [], env=env) as server:
+        yield server.url
 
 
 def _prepare(url: str, n: int) -> list[dict]:
@@ -95,27 +53,10 @@ def test_serve_with_a_database_url_never_starts_a_server(tmp_path: Path, databas
 
 def test_a_killed_coordinator_loses_no_acknowledged_message(tmp_path: Path) -> None:
     data = {"COORDINATOR_DATA_DIR": str(tmp_path / "data")}
-    port = _free_port()
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--port", str(port)],
-        cwd=tmp_path,
-        env={**environment, **data},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(450):
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        acknowledged = _prepare(url, 20)
-    finally:
-        process.kill()  # SIGKILL: no shutdown hooks run
-        process.wait()
+    with serve_process(cwd=tmp_path, env=data) as server:
+        acknowledged = _prepare(server.url, 20)
+        server.process.kill()  # SIGKILL: no shutdown hooks run
+        server.process.wait()
 
     with serve(tmp_path, env=data) as url:
         for sent in acknowledged:
