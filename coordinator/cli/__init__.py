@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from coordinator.cli import consumers, db, inspect, operator, serve
+from coordinator.cli import pipeline as pipeline_cli
 from coordinator.cli.common import make_settings
 
 app = typer.Typer(
@@ -15,6 +16,8 @@ app = typer.Typer(
     help="Transactional messages (RocketMQ semantics) with all state in PostgreSQL.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Help texts say "[default: ...]" literally; do not read them as markup.
+    rich_markup_mode=None,
 )
 
 
@@ -52,6 +55,7 @@ operator.add_tx_commands(inspect.tx_app)  # tx recheck | commit | rollback
 app.command("producers")(operator.producers)
 app.command("subscriptions")(consumers.subscriptions)
 app.add_typer(consumers.dlq_app, name="dlq")
+app.add_typer(pipeline_cli.app, name="pipeline")  # Spark jobs; pyspark loaded only when run
 
 
 def main() -> None:

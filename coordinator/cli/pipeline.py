@@ -1,0 +1,378 @@
+"""`coordinator pipeline report | archive | audit`: the Spark jobs.
+
+Exit codes a scheduler can act on:
+  0  done (audit: no inconsistency)
+  1  the job failed (Spark or file system error); rerunning is safe
+  2  bad usage (a flag's value)
+  4  refused: another archive run holds the database's archive lock
+  5  a database cannot be reached
+  6  audit: inconsistencies found (listed, and written to Parquet)
+  7  archive: the Parquet copy did not verify; nothing was deleted, rerun copies again
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from coordinator.cli.common import (
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    console,
+    err_console,
+    fail,
+    make_settings,
+    settings_from,
+)
+from coordinator.db.urls import libpq_url, redact
+from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
+from coordinator.pipeline.durations import parse_duration, parse_moment
+from coordinator.pipeline.session import MASTER_ENV, parse_conf
+from coordinator.runtime import ready_database
+
+# pyspark (the optional 'pipeline' extra) is imported when a job runs, so the
+# rest of the CLI starts fast and works without it.
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from coordinator.pipeline.audit import AuditResult
+    from coordinator.pipeline.manifest import RunManifest
+    from coordinator.pipeline.report import ReportResult
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INCONSISTENT = 6
+EXIT_NOT_VERIFIED = 7
+LOG_WIDTH = 160
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    help="Spark jobs over the coordinator's tables: lifecycle report, archive, audit.",
+    no_args_is_help=True,
+)
+
+
+@app.callback()
+def pipeline_options(
+    ctx: typer.Context,
+    database_url: str | None = typer.Option(
+        None, "--database-url", help="PostgreSQL URL (overrides the one given before 'pipeline')."
+    ),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Embedded server's data."),
+) -> None:
+    # `python -m coordinator.pipeline` and spark-submit put the options here.
+    if database_url is not None or data_dir is not None:
+        current = ctx.ensure_object(dict).get("settings")
+        url = database_url or (current.database_url if current else None)
+        directory = data_dir or (current.data_dir if current else None)
+        ctx.ensure_object(dict)["settings"] = make_settings(url, directory)
+
+
+MASTER_OPTION = typer.Option(
+    None,
+    "--master",
+    help=f"Spark master URL [default: ${MASTER_ENV}, spark-submit's, or local[*]].",
+)
+CONF_OPTION = typer.Option(None, "--conf", help="Spark setting key=value (repeatable).")
+PARTITIONS_OPTION = typer.Option(
+    None, "--partitions", min=1, help="Parallel reads per table [default: 2 per Spark core]."
+)
+
+
+def _usage(value: str, parse: Callable[[str], T]) -> T:
+    try:
+        return parse(value)
+    except ValueError as error:
+        raise fail(str(error), EXIT_USAGE) from None
+
+
+def _database(ctx: typer.Context) -> str:
+    try:
+        return ready_database(settings_from(ctx))
+    except psycopg.OperationalError as error:
+        raise fail(f"cannot reach the database: {error}", EXIT_UNAVAILABLE) from None
+
+
+def _partitions(spark: SparkSession, requested: int | None) -> int:
+    return requested or 2 * spark.sparkContext.defaultParallelism
+
+
+def _run_job(master: str | None, conf: list[str] | None, job: Callable[[SparkSession], T]) -> T:
+    """Run a job in a Spark session; its failures become a sentence and an exit code."""
+    settings = _usage(",".join(conf or []), lambda _: parse_conf(conf))
+    try:
+        from coordinator.pipeline.archive import ArchiveBusy, ArchiveError, ArchiveNotVerified
+        from coordinator.pipeline.audit import ProducerTableError
+        from coordinator.pipeline.session import spark_session
+    except ImportError as error:
+        raise fail(
+            f"the pipeline needs the 'pipeline' extra ({error.name} is missing): "
+            "pip install 'coordinator[pipeline]'",
+            EXIT_FAILED,
+        ) from None
+    try:
+        with spark_session(master, settings) as spark:
+            return job(spark)
+    except ArchiveBusy as error:
+        raise fail(str(error), EXIT_REFUSED) from None
+    except ArchiveNotVerified as error:
+        raise fail(str(error), EXIT_NOT_VERIFIED) from None
+    except ArchiveError as error:
+        raise fail(str(error), EXIT_FAILED) from None
+    except ProducerTableError as error:
+        raise fail(str(error), EXIT_USAGE) from None
+    except psycopg.OperationalError as error:
+        raise fail(f"cannot reach a database: {error}", EXIT_UNAVAILABLE) from None
+    except (typer.Exit, KeyboardInterrupt):
+        raise
+    except Exception as error:  # Spark, file system: the job failed, a rerun is safe
+        if "psycopg.OperationalError" in str(error):  # raised in a Spark task
+            raise fail(f"a database connection failed: {error}", EXIT_UNAVAILABLE) from None
+        raise fail(f"{type(error).__name__}: {error}", EXIT_FAILED) from None
+
+
+def _out() -> Console:
+    # A scheduler's log is no terminal: print tables whole instead of
+    # squeezing them into 80 columns.
+    return console if console.is_terminal else Console(file=console.file, width=LOG_WIDTH)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+@app.command()
+def report(
+    ctx: typer.Context,
+    output: Path = typer.Option(Path("pipeline-report"), "--output", "-o", help="Output dir."),
+    archive_dir: Path | None = typer.Option(
+        None, "--archive-dir", help="Also read the messages archived here."
+    ),
+    as_of: str | None = typer.Option(
+        None, "--as-of", help="Pending ages as of this ISO time [default: now]."
+    ),
+    master: str | None = MASTER_OPTION,
+    conf: list[str] | None = CONF_OPTION,
+    partitions: int | None = PARTITIONS_OPTION,
+) -> None:
+    """Lifecycle figures per producer group, topic and hour: Parquet, charts, HTML."""
+    moment = _usage(as_of, parse_moment) if as_of else None
+    url = _database(ctx)
+
+    def job(spark: SparkSession) -> ReportResult:
+        from coordinator.pipeline.progress import ConsoleProgress
+        from coordinator.pipeline.report import ReportOptions, run_report
+
+        options = ReportOptions(output, archive_dir, moment, _partitions(spark, partitions))
+        return run_report(spark, url, options, progress=ConsoleProgress(err_console, spark))
+
+    result = _run_job(master, conf, job)
+    table = Table(title=f"Half messages by producer group and topic (as of {_fmt(result.as_of)})")
+    headers = {
+        "producer_group": "group",
+        "topic": "topic",
+        "messages": "msgs",
+        "committed": "commit",
+        "rolled_back": "rollbk",
+        "discarded": "discard",
+        "expired": "expire",
+        "prepared": "pending",
+        "latency_p50_s": "p50 s",
+        "latency_p99_s": "p99 s",
+    }
+    columns = tuple(headers)
+    for column, header in headers.items():
+        table.add_column(header, justify="left" if column in columns[:2] else "right")
+    for row in result.totals[:30]:
+        table.add_row(*(_fmt(row[c]) for c in columns))
+    _out().print(table)
+    if len(result.totals) > 30:
+        console.print(
+            f"... {len(result.totals) - 30} more in {output / 'figures_total'}", soft_wrap=True
+        )
+    lag = (
+        "no consumer_lag view"
+        if result.consumer_lag is None
+        else f"{len(result.consumer_lag)} subscriptions"
+    )
+    console.print(
+        f"{result.messages:,} half messages, {result.groups} producer group/topic pairs, "
+        f"{result.hours} hours; consumer lag: {lag}; {len(result.charts)} charts.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"report: {result.html}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def archive(
+    ctx: typer.Context,
+    older_than: str = typer.Option(
+        "72h", "--older-than", help="Archive messages resolved longer ago than this (e.g. 72h, 7d)."
+    ),
+    archive_dir: Path = typer.Option(Path("archive"), "--archive-dir", help="Parquet archive."),
+    batch_size: int = typer.Option(
+        10_000, "--batch-size", min=1, help="Messages deleted per database transaction."
+    ),
+    master: str | None = MASTER_OPTION,
+    conf: list[str] | None = CONF_OPTION,
+    partitions: int | None = PARTITIONS_OPTION,
+) -> None:
+    """Copy resolved messages and their history to Parquet, verify, delete from PostgreSQL."""
+    age = _usage(older_than, parse_duration)
+    if age <= timedelta(0):
+        raise fail("--older-than must be positive", EXIT_USAGE)
+    url = _database(ctx)
+
+    def job(spark: SparkSession) -> list[RunManifest]:
+        from coordinator.pipeline.archive import ArchiveOptions, run_archive
+        from coordinator.pipeline.progress import ConsoleProgress
+
+        options = ArchiveOptions(archive_dir, age, batch_size, _partitions(spark, partitions))
+        return run_archive(spark, url, options, progress=ConsoleProgress(err_console, spark))
+
+    runs = _run_job(master, conf, job)
+    table = Table(title=f"Archive runs ({archive_dir})")
+    for column in (
+        "run",
+        "resolved before",
+        "partitions",
+        "messages",
+        "history",
+        "deleted",
+        "kept",
+    ):
+        table.add_column(
+            column, justify="left" if column in ("run", "resolved before") else "right"
+        )
+    for run in runs:
+        table.add_row(
+            run.run_id,
+            run.cutoff[:19].replace("T", " "),
+            _fmt(len(run.partitions)),
+            _fmt(run.messages),
+            _fmt(run.history),
+            _fmt(run.deleted),
+            _fmt(len(run.kept)),
+        )
+    _out().print(table)
+    for run in runs:
+        if run.kept:
+            console.print(
+                f"run {run.run_id}: {len(run.kept)} messages gained a delivery while being "
+                f"archived and stay in PostgreSQL (offsets {', '.join(map(str, run.kept[:10]))})",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+
+@app.command()
+def audit(
+    ctx: typer.Context,
+    producer_database_url: str | None = typer.Option(
+        None,
+        "--producer-database-url",
+        envvar="COORDINATOR_PRODUCER_DATABASE_URL",
+        help="The producer's database [default: the coordinator's].",
+    ),
+    table: str = typer.Option(BARRIER_TABLE, "--table", help="Producer table (schema.table ok)."),
+    key: str = typer.Option(BARRIER_KEY, "--key", help="Its column matched with --match-on."),
+    committed_when: str | None = typer.Option(
+        None,
+        "--committed-when",
+        help="SQL condition on the table meaning 'committed' "
+        "[default: outcome = 'committed' for coordinator_barrier, else any row].",
+    ),
+    match_on: str = typer.Option(
+        "transaction_id",
+        "--match-on",
+        help="Message side of the match: transaction_id, message_id or property:NAME.",
+    ),
+    producer_group: list[str] | None = typer.Option(
+        None, "--producer-group", help="Only these producer groups (repeatable) [default: all]."
+    ),
+    pending_longer_than: str = typer.Option(
+        "1h", "--pending-longer-than", help="Flag transactions still prepared after this."
+    ),
+    archive_dir: Path | None = typer.Option(
+        None, "--archive-dir", help="Also audit the messages archived here."
+    ),
+    output: Path = typer.Option(Path("pipeline-audit"), "--output", "-o", help="Output dir."),
+    as_of: str | None = typer.Option(
+        None, "--as-of", help="Ages as of this ISO time [default: now]."
+    ),
+    show: int = typer.Option(50, "--show", min=0, help="Inconsistencies listed on screen."),
+    master: str | None = MASTER_OPTION,
+    conf: list[str] | None = CONF_OPTION,
+    partitions: int | None = PARTITIONS_OPTION,
+) -> None:
+    """List every inconsistency between the coordinator's outcomes and a producer's table."""
+    threshold = _usage(pending_longer_than, parse_duration)
+    moment = _usage(as_of, parse_moment) if as_of else None
+    _usage(match_on, parse_match_on)
+    url = _database(ctx)
+    producer_url = libpq_url(producer_database_url) if producer_database_url else url
+
+    def job(spark: SparkSession) -> AuditResult:
+        from coordinator.pipeline.audit import AuditOptions, ProducerTable, run_audit
+        from coordinator.pipeline.progress import ConsoleProgress
+
+        producer = ProducerTable(
+            url=producer_url,
+            table=table,
+            key=key,
+            committed_when=committed_when,
+        )
+        options = AuditOptions(
+            producer=producer,
+            match_on=match_on,
+            producer_groups=tuple(producer_group or ()),
+            pending_longer_than=threshold,
+            archive_dir=archive_dir,
+            output_dir=output,
+            as_of=moment,
+            partitions=_partitions(spark, partitions),
+        )
+        return run_audit(spark, url, options, progress=ConsoleProgress(err_console, spark))
+
+    result = _run_job(master, conf, job)
+
+    listing = Table(title=f"Inconsistencies (first {min(show, result.total)} of {result.total})")
+    columns = ("kind", "message_offset", "transaction_id", "producer_group", "topic", "state")
+    columns += ("local_outcome", "born_at")
+    for column in columns:
+        listing.add_column(column.replace("_", " "))
+    for row in result.rows[:show]:
+        listing.add_row(*(_fmt(row[c]) for c in columns))
+    if result.total:
+        _out().print(listing)
+    summary = Table(title=f"Audit against {table} in {redact(producer_url)}")
+    summary.add_column("inconsistency")
+    summary.add_column("count", justify="right")
+    for kind, count in result.counts.items():
+        summary.add_row(kind.replace("_", " "), _fmt(count))
+    _out().print(summary)
+    console.print(
+        f"{result.messages:,} half messages checked against {result.producer_rows:,} producer "
+        f"keys as of {_fmt(result.as_of)}; list: {result.output}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if result.total:
+        raise typer.Exit(EXIT_INCONSISTENT)

@@ -1,0 +1,1 @@
+"""Spark jobs over the coordinator's tables: lifecycle report, archive to Parquet, audit."""

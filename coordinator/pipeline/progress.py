@@ -1,0 +1,112 @@
+"""What a job shows while it runs: one line per step, with Spark's task progress.
+
+On a terminal, each step is a live rich progress bar fed by Spark's status
+tracker (tasks done / tasks of the running stages). Elsewhere (a scheduler's
+log) each step prints one line when it starts and one when it ends, so the
+log says how far a job got when it stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+from pyspark.sql import SparkSession
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+
+class JobProgress(Protocol):
+    def step(self, description: str) -> Iterator[None]: ...
+
+    def note(self, text: str) -> None: ...
+
+
+class QuietProgress:
+    """For library use and tests: shows nothing."""
+
+    @contextmanager
+    def step(self, description: str) -> Iterator[None]:
+        yield
+
+    def note(self, text: str) -> None:
+        pass
+
+
+def _spark_tasks(spark: SparkSession) -> tuple[int, int]:
+    """(completed, total) tasks of the stages running now."""
+    tracker = spark.sparkContext.statusTracker()
+    done = total = 0
+    for stage_id in tracker.getActiveStageIds():
+        info = tracker.getStageInfo(stage_id)
+        if info is not None:
+            done += info.numCompletedTasks
+            total += info.numTasks
+    return done, total
+
+
+class ConsoleProgress:
+    def __init__(self, console: Console, spark: SparkSession | None = None) -> None:
+        self.console = console
+        self.spark = spark
+
+    def note(self, text: str) -> None:
+        self.console.print(text, highlight=False, soft_wrap=True)
+
+    @contextmanager
+    def step(self, description: str) -> Iterator[None]:
+        if self.console.is_terminal:
+            with self._live_step(description):
+                yield
+            return
+        started = time.monotonic()
+        self.console.print(f"{description} ...", highlight=False)
+        yield
+        self.console.print(
+            f"{description}: done in {time.monotonic() - started:.1f} s", highlight=False
+        )
+
+    @contextmanager
+    def _live_step(self, description: str) -> Iterator[None]:
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("Spark tasks"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=self.console) as bar:
+            task = bar.add_task(description, total=None)
+            stop = threading.Event()
+
+            def follow_spark() -> None:
+                while not stop.wait(0.3):
+                    if self.spark is None:
+                        continue
+                    try:
+                        done, total = _spark_tasks(self.spark)
+                    except Exception:  # the session is stopping: nothing more to show
+                        return
+                    if total:
+                        bar.update(task, completed=done, total=total)
+
+            follower = threading.Thread(target=follow_spark, daemon=True)
+            follower.start()
+            try:
+                yield
+            finally:
+                stop.set()
+                follower.join()
+                current = bar.tasks[0]
+                bar.update(task, completed=current.total or 1, total=current.total or 1)

@@ -1,0 +1,149 @@
+"""`coordinator pipeline ...`: summaries, files, and exit codes a scheduler can act on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner
+
+import coordinator.pipeline.__main__ as pipeline_main
+from coordinator.cli import app
+from tests.pipeline.data import add_message
+
+runner = CliRunner()
+
+BARRIER = (
+    "CREATE TABLE coordinator_barrier (transaction_id text PRIMARY KEY, outcome text NOT NULL, "
+    "created_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
+def invoke(database_url: str, *args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, ["--database-url", database_url, "pipeline", *args])
+
+
+@pytest.fixture
+def messages(db: psycopg.Connection) -> None:
+    """Old resolved messages, a recent one, and one commit its producer never made."""
+    now = db.execute("SELECT now()").fetchone()[0]
+    db.execute(BARRIER)  # the producer's table, here in the same database
+    for n in range(6):
+        add_message(
+            db, transaction_id=f"old-{n}", born_at=now - timedelta(days=5), topic=f"t{n % 2}"
+        )
+        db.execute("INSERT INTO coordinator_barrier VALUES (%s, 'committed')", (f"old-{n}",))
+    add_message(db, transaction_id="unbacked", born_at=now - timedelta(minutes=2))
+
+
+def test_report_archive_and_audit_from_the_command_line(
+    spark: SparkSession,
+    database_url: str,
+    db: psycopg.Connection,
+    messages: None,
+    tmp_path: Path,
+) -> None:
+    report = invoke(database_url, "report", "-o", str(tmp_path / "report"), "--partitions", "2")
+    assert report.exit_code == 0, report.output
+    assert "7 half messages" in report.output and "report.html" in report.output
+    assert (tmp_path / "report" / "report.html").exists()
+
+    archive = invoke(
+        database_url,
+        "archive",
+        "--older-than",
+        "3d",
+        "--archive-dir",
+        str(tmp_path / "a"),
+        "--batch-size",
+        "2",
+    )
+    assert archive.exit_code == 0, archive.output
+    assert "Archive runs" in archive.output and "deleting 6 archived messages" in archive.output
+    assert len(list((tmp_path / "a" / "messages").glob("*/*/*.parquet"))) == 2
+
+    audit = invoke(
+        database_url, "audit", "--archive-dir", str(tmp_path / "a"), "-o", str(tmp_path / "audit")
+    )
+    assert audit.exit_code == 6, audit.output
+    assert "unbacked" in audit.output and "delivered without local commit" in audit.output
+    db.execute("INSERT INTO coordinator_barrier VALUES ('unbacked', 'committed')")
+    clean = invoke(database_url, "audit", "-o", str(tmp_path / "audit"))
+    assert clean.exit_code == 0, clean.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("archive", "--older-than", "soon"),
+        ("report", "--conf", "no-equals-sign"),
+        ("audit", "--match-on", "body"),
+        ("audit", "--as-of", "yesterday"),
+        ("audit", "--table", "no_such_table"),
+        ("audit", "--committed-when", "no_such_column = 1"),
+    ],
+)
+def test_bad_flag_values_exit_2(
+    spark: SparkSession, database_url: str, messages: None, args: tuple[str, ...]
+) -> None:
+    result = invoke(database_url, *args)
+    assert result.exit_code == 2, result.output
+
+
+def test_a_busy_archive_exits_4(spark: SparkSession, database_url: str, tmp_path: Path) -> None:
+    with psycopg.connect(database_url, autocommit=True) as other:
+        other.execute(
+            "SELECT pg_advisory_lock(hashtextextended('coordinator pipeline archive', 7))"
+        )
+        result = invoke(database_url, "archive", "--archive-dir", str(tmp_path))
+    assert result.exit_code == 4 and "another archive run" in result.output
+
+
+def test_an_unreachable_producer_database_exits_5(
+    spark: SparkSession, database_url: str, tmp_path: Path
+) -> None:
+    result = invoke(
+        database_url,
+        "audit",
+        "--producer-database-url",
+        "postgresql://nobody@/nowhere?host=/nonexistent",
+        "-o",
+        str(tmp_path),
+    )
+    assert result.exit_code == 5, result.output
+
+
+@pytest.mark.slow
+def test_spark_submit_runs_the_same_module_unchanged(
+    database_url: str, messages: None, tmp_path: Path
+) -> None:
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("COORDINATOR_SPARK_MASTER", None)
+    done = subprocess.run(
+        [
+            str(spark_submit),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            pipeline_main.__file__,
+            "--database-url",
+            database_url,
+            "audit",
+            "-o",
+            str(tmp_path / "audit"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert "unbacked" in done.stdout

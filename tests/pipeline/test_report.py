@@ -1,0 +1,218 @@
+"""The lifecycle report: Spark's figures equal the same figures computed in SQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from coordinator.db.queries import query
+from coordinator.pipeline.archive import ArchiveOptions, run_archive
+from coordinator.pipeline.figures import STATES
+from coordinator.pipeline.report import ReportOptions, ReportResult, run_report
+from tests.pipeline.data import add_message, seed
+
+AS_OF = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+SUBSCRIBED_TOPIC = "topic-0"
+
+
+def _figures(path: Path, keys: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
+    rows = pq.read_table(path).to_pylist()
+    return {tuple(_plain(r[k]) for k in keys): r for r in rows}
+
+
+def _plain(value: Any) -> Any:
+    # Parquet timestamps arrive as aware UTC datetimes; SQL's date_trunc of a
+    # UTC wall time is naive: compare both as naive UTC.
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def _same(actual: Any, expected: Any) -> bool:
+    if actual is None or expected is None:
+        return actual is None and expected is None
+    return actual == pytest.approx(float(expected), rel=1e-9, abs=1e-6)
+
+
+@pytest.fixture
+def history(db: psycopg.Connection) -> None:
+    """Generated transactions over 30 hours, a subscription, one dead letter."""
+    db.execute(
+        "INSERT INTO subscriptions (consumer_group, topic, expression) VALUES ('billing', %s, '*')",
+        (SUBSCRIBED_TOPIC,),
+    )
+    seed(db, 2_500, anchor=AS_OF - timedelta(hours=1), span_hours=30, groups=3, topics=3)
+    # a producer group with a single message: percentiles of one value
+    add_message(
+        db, transaction_id="lonely", producer_group="solo", born_at=AS_OF - timedelta(hours=3)
+    )
+    db.execute(
+        """
+        WITH moved AS (
+            DELETE FROM deliveries
+            WHERE id = (SELECT min(id) FROM deliveries)
+            RETURNING message_offset, consumer_group, topic, committed_at
+        )
+        INSERT INTO dead_letters (message_offset, consumer_group, topic, attempts, committed_at)
+        SELECT message_offset, consumer_group, topic, 16, committed_at FROM moved
+        """
+    )
+
+
+def _report(spark: SparkSession, url: str, out: Path, archive: Path | None = None) -> ReportResult:
+    return run_report(
+        spark, url, ReportOptions(out, archive_dir=archive, as_of=AS_OF, partitions=3)
+    )
+
+
+def test_hourly_figures_equal_the_sql_aggregate(
+    spark: SparkSession, database_url: str, db: psycopg.Connection, history: None, tmp_path: Path
+) -> None:
+    result = _report(spark, database_url, tmp_path)
+
+    spark_rows = _figures(tmp_path / "figures_hourly", ("producer_group", "topic", "hour"))
+    sql_rows = {
+        (r[0], r[1], r[2]): r
+        for r in db.execute(query("pipeline_report_reference"), {"as_of": AS_OF}).fetchall()
+    }
+    assert spark_rows.keys() == sql_rows.keys()
+    assert len(spark_rows) > 60  # 3 groups x 3 topics x ~30 hours, plus the solo group
+    for key, expected in sql_rows.items():
+        actual = spark_rows[key]
+        (
+            _,
+            _,
+            _,
+            messages,
+            prepared,
+            committed,
+            rolled_back,
+            discarded,
+            expired,
+            latency,
+            checked,
+            check_mean,
+            check_max,
+            discard_rate,
+            expiry_rate,
+            age_p50,
+            age_max,
+        ) = expected
+        assert actual["messages"] == messages
+        assert [actual[s] for s in STATES] == [prepared, committed, rolled_back, discarded, expired]
+        assert actual["checked"] == checked and actual["check_count_max"] == check_max
+        expected_latency = latency or [None, None, None]
+        pairs = [
+            (actual["latency_p50_s"], expected_latency[0]),
+            (actual["latency_p90_s"], expected_latency[1]),
+            (actual["latency_p99_s"], expected_latency[2]),
+            (actual["check_count_mean"], check_mean),
+            (actual["discard_rate"], discard_rate),
+            (actual["expiry_rate"], expiry_rate),
+            (actual["pending_age_p50_s"], age_p50),
+            (actual["pending_age_max_s"], age_max),
+        ]
+        assert all(_same(a, e) for a, e in pairs), (key, pairs)
+
+    checks = _figures(tmp_path / "check_counts", ("producer_group", "topic", "hour", "check_count"))
+    sql_checks = db.execute(query("pipeline_report_reference_checks")).fetchall()
+    assert {k: r["messages"] for k, r in checks.items()} == {
+        (g, t, h, c): n for g, t, h, c, n in sql_checks
+    }
+    assert (
+        result.messages
+        == db.execute("SELECT count(*) FROM messages WHERE kind = 'transactional'").fetchone()[0]
+    )
+
+
+def test_totals_consumer_lag_charts_and_page(
+    spark: SparkSession, database_url: str, db: psycopg.Connection, history: None, tmp_path: Path
+) -> None:
+    result = _report(spark, database_url, tmp_path)
+    totals = _figures(tmp_path / "figures_total", ("producer_group", "topic"))
+    expected = db.execute(
+        """
+        SELECT producer_group, topic, count(*),
+               count(*) FILTER (WHERE state = 'committed'),
+               percentile_cont(0.99) WITHIN GROUP (
+                   ORDER BY extract(epoch FROM resolved_at - born_at)::float8
+               ) FILTER (WHERE state IN ('committed', 'rolled_back')),
+               max(extract(epoch FROM %s::timestamptz - born_at)::float8)
+                   FILTER (WHERE state = 'prepared')
+        FROM messages GROUP BY 1, 2
+        """,
+        (AS_OF,),
+    ).fetchall()
+    assert totals.keys() == {(g, t) for g, t, *_ in expected}
+    for group, topic, messages, committed, p99, oldest in expected:
+        row = totals[(group, topic)]
+        assert row["messages"] == messages and row["committed"] == committed
+        assert _same(row["latency_p99_s"], p99) and _same(row["pending_age_max_s"], oldest)
+    assert [r["producer_group"] for r in result.totals][-1] == "solo"  # busiest first
+
+    lag_view = db.execute(
+        "SELECT consumer_group, topic, lag, in_flight, dead_letters FROM consumer_lag"
+    ).fetchall()
+    assert lag_view and lag_view[0][4] == 1  # the dead letter planted above
+    assert result.consumer_lag is not None
+    assert [
+        (r["consumer_group"], r["topic"], r["lag"], r["in_flight"], r["dead_letters"])
+        for r in result.consumer_lag
+    ] == lag_view
+    stored = pq.read_table(tmp_path / "consumer_lag").to_pylist()
+    assert [(r["consumer_group"], r["lag"]) for r in stored] == [
+        (g, n) for g, _, n, _, _ in lag_view
+    ]
+
+    # charts and the page
+    names = {path.name for path in result.charts}
+    assert names == {
+        "messages_by_hour.png",
+        "latency.png",
+        "discard_expiry_rates.png",
+        "check_counts.png",
+        "pending_ages.png",
+        "consumer_lag.png",
+    }
+    for path in result.charts:
+        data = path.read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
+    page = result.html.read_text()
+    for path in result.charts:
+        assert f'src="charts/{path.name}"' in page
+    assert "group-0" in page and "billing" in page and "2,501" in page
+
+
+def test_archived_and_live_messages_together_give_the_same_report(
+    spark: SparkSession, database_url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    now = db.execute("SELECT now()").fetchone()[0]
+    seed(db, 1_200, anchor=now, span_hours=24 * 6, groups=2, topics=2)
+    as_of = now
+    before = run_report(spark, database_url, ReportOptions(tmp_path / "before", as_of=as_of))
+
+    archive = tmp_path / "archive"
+    (run,) = run_archive(spark, database_url, ArchiveOptions(archive, timedelta(hours=72)))
+    assert run.deleted > 100
+
+    live_only = run_report(spark, database_url, ReportOptions(tmp_path / "live", as_of=as_of))
+    both = run_report(
+        spark, database_url, ReportOptions(tmp_path / "both", archive_dir=archive, as_of=as_of)
+    )
+    assert live_only.messages == before.messages - run.deleted
+    assert both.messages == before.messages
+    keys = ("producer_group", "topic", "hour")
+    expected = _figures(tmp_path / "before" / "figures_hourly", keys)
+    actual = _figures(tmp_path / "both" / "figures_hourly", keys)
+    assert actual.keys() == expected.keys()
+    for key, row in expected.items():
+        assert all(
+            _same(actual[key][c], v) if isinstance(v, float) else actual[key][c] == v
+            for c, v in row.items()
+        ), key
