@@ -88,12 +88,8 @@ def _handle(message: ReceivedMessage | str) -> str:
     return message if isinstance(message, str) else message.receipt_handle
 
 
-class SimpleConsumer:
-    """Receive, process, ack: the caller drives every step.
-
-    `subscriptions` maps topics to tag expressions (`*`, `TagA || TagB`); the
-    group is subscribed on start().
-    """
+class _Consumer:
+    """What both SimpleConsumer flavours are configured with."""
 
     def __init__(
         self,
@@ -119,7 +115,16 @@ class SimpleConsumer:
         )
         self.endpoint = endpoint
         self.retry = retry
-        self._transport: SyncTransport | None = None
+
+
+class SimpleConsumer(_Consumer):
+    """Receive, process, ack: the caller drives every step.
+
+    `subscriptions` maps topics to tag expressions (`*`, `TagA || TagB`); the
+    group is subscribed on start().
+    """
+
+    _transport: SyncTransport | None = None
 
     def start(self) -> SimpleConsumer:
         if self._transport is None:
@@ -172,34 +177,10 @@ class SimpleConsumer:
         return protocol.with_receipt(message, answer)
 
 
-class AsyncSimpleConsumer:
+class AsyncSimpleConsumer(_Consumer):
     """The asyncio twin of SimpleConsumer."""
 
-    def __init__(
-        self,
-        group: str,
-        subscriptions: dict[str, str],
-        endpoint: str = DEFAULT_ENDPOINT,
-        *,
-        fifo: bool = False,
-        max_delivery_attempts: int = 16,
-        invisible_seconds: float = 30.0,
-        wait_seconds: float = 20.0,
-        timeout: float = 10.0,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        self.settings = _ConsumerSettings(
-            group,
-            subscriptions,
-            fifo=fifo,
-            max_delivery_attempts=max_delivery_attempts,
-            invisible_seconds=invisible_seconds,
-            wait_seconds=wait_seconds,
-            timeout=timeout,
-        )
-        self.endpoint = endpoint
-        self.retry = retry
-        self._transport: AsyncTransport | None = None
+    _transport: AsyncTransport | None = None
 
     async def start(self) -> AsyncSimpleConsumer:
         if self._transport is None:
