@@ -64,7 +64,12 @@ class PushReceiver:
             def log_message(self, *args: object) -> None:  # keep test output quiet
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            # Several nodes push at once (up to max_inflight_dispatches each):
+            # the default listen backlog of 5 drops connections under load.
+            request_queue_size = 128
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/check"
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

@@ -87,7 +87,10 @@ async def test_three_nodes_push_each_due_message_exactly_once_per_round(
         await asyncio.gather(*(node.checkback.run_round() for node in nodes))
 
     pushes = Counter(receiver.offsets())
-    assert sorted(pushes) == sorted(offsets) and set(pushes.values()) == {1}
+    failed = db.execute(
+        "SELECT message_offset, status, detail FROM check_requests WHERE status <> 'delivered'"
+    ).fetchall()
+    assert sorted(pushes) == sorted(offsets) and set(pushes.values()) == {1}, failed
     states = db.execute(
         "SELECT state, resolution_source, count(*) FROM messages GROUP BY 1, 2"
     ).fetchall()
