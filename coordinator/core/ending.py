@@ -38,17 +38,6 @@ def validate_end(request: EndRequest) -> None:
         check_message_id(request.message_id)
 
 
-async def end_transaction(conn: AsyncConnection[Any], request: EndRequest) -> EndResult:
-    """End one transaction; raises the core error that explains a refusal."""
-    validate_end(request)
-    if request.resolution is Resolution.UNKNOWN:
-        return await report_unknown(conn, request)
-    (outcome,) = await end_validated(conn, [request])
-    if isinstance(outcome, CoordinatorError):
-        raise outcome
-    return outcome
-
-
 async def end_many(
     conn: AsyncConnection[Any], requests: Sequence[EndRequest], max_batch_size: int
 ) -> list[EndResult | CoordinatorError]:
