@@ -11,8 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from coordinator.bodies import body_fields
 from coordinator.check_states import DispatchMode
+from coordinator.message_fields import MessageFields
 from coordinator.states import MessageState
 
 
@@ -33,54 +33,19 @@ class Producer:
 
 
 @dataclass(frozen=True, slots=True)
-class CheckRequest:
+class CheckRequest(MessageFields):
     """What a producer instance gets asked: the state of this local transaction?"""
 
-    offset: int
-    message_id: str
     transaction_id: str
     producer_group: str
     check_count: int  # this is the message's check number `check_count` (1 for the first)
-    topic: str
-    tags: str | None
-    keys: tuple[str, ...]
-    properties: dict[str, str]
-    body: bytes
-    message_group: str | None
-    born_at: datetime
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "offset": self.offset,
-            "message_id": self.message_id,
-            "transaction_id": self.transaction_id,
-            "producer_group": self.producer_group,
+            **self.fields_json(),
             "check_count": self.check_count,
-            "topic": self.topic,
-            "tags": self.tags,
-            "keys": list(self.keys),
-            "properties": dict(self.properties),
-            **body_fields(self.body),
-            "message_group": self.message_group,
             "born_at": self.born_at.isoformat(),
         }
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> CheckRequest:
-        return cls(
-            offset=row["message_offset"],
-            message_id=row["message_id"],
-            transaction_id=row["transaction_id"],
-            producer_group=row["producer_group"],
-            check_count=row["check_count"],
-            topic=row["topic"],
-            tags=row["tags"],
-            keys=tuple(row["keys"]),
-            properties=dict(row["properties"]),
-            body=bytes(row["body"]),
-            message_group=row["message_group"],
-            born_at=row["born_at"],
-        )
 
 
 class ClaimAction(StrEnum):

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from coordinator.message_fields import MessageFields
+
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
@@ -28,24 +30,13 @@ class SubscribeResult:
 
 
 @dataclass(frozen=True, slots=True)
-class ReceivedMessage:
+class ReceivedMessage(MessageFields):
     """A message handed to one consumer of a group, invisible to the rest until acked."""
 
     receipt_handle: str  # ack or change the invisible duration with this
     delivery_attempt: int  # 1 on the first delivery, then counts redeliveries
     invisible_until: datetime
     consumer_group: str
-    offset: int
-    message_id: str
-    transaction_id: str | None
-    producer_group: str | None
-    topic: str
-    tags: str | None
-    keys: tuple[str, ...]
-    message_group: str | None
-    properties: dict[str, str]
-    body: bytes
-    born_at: datetime
     committed_at: datetime
 
 
@@ -69,23 +60,12 @@ class AckResult:
 
 
 @dataclass(frozen=True, slots=True)
-class DeadLetter:
+class DeadLetter(MessageFields):
     id: int
     consumer_group: str
-    topic: str
     attempts: int
     committed_at: datetime
     dead_at: datetime
-    offset: int
-    message_id: str
-    transaction_id: str | None
-    producer_group: str | None
-    tags: str | None
-    keys: tuple[str, ...]
-    message_group: str | None
-    properties: dict[str, str]
-    body: bytes
-    born_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

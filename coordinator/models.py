@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from coordinator.message_fields import MessageFields
 from coordinator.states import MessageKind, MessageState, Resolution, Source
 
 
@@ -62,22 +63,11 @@ class HistoryEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageRecord:
-    offset: int
-    message_id: str
-    transaction_id: str | None
+class MessageRecord(MessageFields):
     kind: MessageKind
-    producer_group: str | None
-    topic: str
-    tags: str | None
-    keys: tuple[str, ...]
-    message_group: str | None
-    body: bytes
-    properties: dict[str, str]
     state: MessageState
     check_count: int
     check_immunity: timedelta | None
-    born_at: datetime
     next_check_at: datetime | None
     resolved_at: datetime | None
     resolution_source: Source | None

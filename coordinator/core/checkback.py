@@ -279,7 +279,7 @@ class CheckBack:
             )
         if rows:
             metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.PULL.value).inc(len(rows))
-        return [CheckRequest.from_row(row) for row in rows]
+        return [_request(row) for row in rows]
 
     # --- operator -------------------------------------------------------------
     async def recheck(self, offset: int) -> OperatorResult:
@@ -313,6 +313,10 @@ class CheckBack:
         )
 
 
+def _request(row: dict[str, Any]) -> CheckRequest:
+    return CheckRequest.from_row(row, check_count=row["check_count"])
+
+
 def _claimed(row: dict[str, Any]) -> ClaimedCheck:
     via = DispatchMode(row["via"]) if row["via"] else None
     return ClaimedCheck(
@@ -324,5 +328,5 @@ def _claimed(row: dict[str, Any]) -> ClaimedCheck:
         instance_id=row["instance_id"],
         check_url=row["check_url"],
         via=via,
-        request=CheckRequest.from_row(row) if via is DispatchMode.PUSH else None,
+        request=_request(row) if via is DispatchMode.PUSH else None,
     )

@@ -402,42 +402,22 @@ def _subscription(row: dict[str, Any]) -> Subscription:
 
 
 def _received(row: dict[str, Any]) -> ReceivedMessage:
-    return ReceivedMessage(
+    return ReceivedMessage.from_row(
+        row,
         receipt_handle=row["receipt_handle"],
         delivery_attempt=row["attempts"],
         invisible_until=row["visible_at"],
         consumer_group=row["consumer_group"],
-        offset=row["message_offset"],
-        message_id=row["message_id"],
-        transaction_id=row["transaction_id"],
-        producer_group=row["producer_group"],
-        topic=row["topic"],
-        tags=row["tags"],
-        keys=tuple(row["keys"]),
-        message_group=row["message_group"],
-        properties=dict(row["properties"]),
-        body=bytes(row["body"]),
-        born_at=row["born_at"],
         committed_at=row["committed_at"],
     )
 
 
 def _dead_letter(row: dict[str, Any]) -> DeadLetter:
-    return DeadLetter(
+    return DeadLetter.from_row(
+        row,
         id=row["id"],
         consumer_group=row["consumer_group"],
-        topic=row["topic"],
         attempts=row["attempts"],
         committed_at=row["committed_at"],
         dead_at=row["dead_at"],
-        offset=row["message_offset"],
-        message_id=row["message_id"],
-        transaction_id=row["transaction_id"],
-        producer_group=row["producer_group"],
-        tags=row["tags"],
-        keys=tuple(row["keys"]),
-        message_group=row["message_group"],
-        properties=dict(row["properties"]),
-        body=bytes(row["body"]),
-        born_at=row["born_at"],
     )

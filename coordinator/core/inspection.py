@@ -53,22 +53,13 @@ async def get_message(
 
 def _record(row: dict[str, Any], history: list[dict[str, Any]]) -> MessageRecord:
     source = row["resolution_source"]
-    return MessageRecord(
-        offset=row["id"],
-        message_id=row["message_id"],
-        transaction_id=row["transaction_id"],
+    return MessageRecord.from_row(
+        row,
+        offset_column="id",
         kind=MessageKind(row["kind"]),
-        producer_group=row["producer_group"],
-        topic=row["topic"],
-        tags=row["tags"],
-        keys=tuple(row["keys"]),
-        message_group=row["message_group"],
-        body=bytes(row["body"]),
-        properties=dict(row["properties"]),
         state=MessageState(row["state"]),
         check_count=row["check_count"],
         check_immunity=row["check_immunity"],
-        born_at=row["born_at"],
         next_check_at=row["next_check_at"],
         resolved_at=row["resolved_at"],
         resolution_source=Source(source) if source else None,

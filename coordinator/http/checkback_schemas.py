@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from coordinator.checkback_models import CheckRequest, Producer
+from coordinator.http.message_schemas import MessageFieldsOut
 
 
 class HeartbeatIn(BaseModel):
@@ -53,22 +54,12 @@ class ProducersOut(BaseModel):
     producers: list[ProducerOut]
 
 
-class CheckRequestOut(BaseModel):
+class CheckRequestOut(MessageFieldsOut):
     """A check request: the same JSON object is POSTed to push instances."""
 
-    offset: int
-    message_id: str
     transaction_id: str
     producer_group: str
     check_count: int = Field(description="This is the message's check number N (1 = first).")
-    topic: str
-    tags: str | None
-    keys: list[str]
-    properties: dict[str, str]
-    body_base64: str
-    body_text: str | None = Field(description="The body as UTF-8, null when it is not.")
-    message_group: str | None
-    born_at: datetime
 
     @classmethod
     def of(cls, request: CheckRequest) -> CheckRequestOut:

@@ -11,7 +11,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator.bodies import body_fields
 from coordinator.core.delivery import (
     DEFAULT_INVISIBLE_SECONDS,
     DEFAULT_MAX_DELIVERY_ATTEMPTS,
@@ -25,6 +24,7 @@ from coordinator.delivery_models import (
     ReceivedMessage,
     Subscription,
 )
+from coordinator.http.message_schemas import MessageFieldsOut
 
 
 class _Strict(BaseModel):
@@ -91,43 +91,21 @@ class ReceiveIn(_Strict):
     topic: str | None = Field(default=None, description="Only this subscribed topic.")
 
 
-class ReceivedMessageOut(BaseModel):
+class ReceivedMessageOut(MessageFieldsOut):
     receipt_handle: str
     delivery_attempt: int = Field(description="1 on the first delivery.")
     invisible_until: datetime
     consumer_group: str
-    offset: int
-    message_id: str
-    transaction_id: str | None
-    producer_group: str | None
-    topic: str
-    tags: str | None
-    keys: list[str]
-    message_group: str | None
-    properties: dict[str, str]
-    body_base64: str
-    body_text: str | None = Field(description="The body as text; null when not UTF-8.")
-    born_at: datetime
     committed_at: datetime
 
     @classmethod
     def of(cls, message: ReceivedMessage) -> ReceivedMessageOut:
         return cls(
+            **message.fields_json(),
             receipt_handle=message.receipt_handle,
             delivery_attempt=message.delivery_attempt,
             invisible_until=message.invisible_until,
             consumer_group=message.consumer_group,
-            offset=message.offset,
-            message_id=message.message_id,
-            transaction_id=message.transaction_id,
-            producer_group=message.producer_group,
-            topic=message.topic,
-            tags=message.tags,
-            keys=list(message.keys),
-            message_group=message.message_group,
-            properties=message.properties,
-            **body_fields(message.body),
-            born_at=message.born_at,
             committed_at=message.committed_at,
         )
 
@@ -176,44 +154,22 @@ class ChangeInvisibleDurationOut(BaseModel):
         )
 
 
-class DeadLetterOut(BaseModel):
+class DeadLetterOut(MessageFieldsOut):
     id: int
     consumer_group: str
-    topic: str
     attempts: int
     committed_at: datetime
     dead_at: datetime
-    offset: int
-    message_id: str
-    transaction_id: str | None
-    producer_group: str | None
-    tags: str | None
-    keys: list[str]
-    message_group: str | None
-    properties: dict[str, str]
-    body_base64: str
-    body_text: str | None
-    born_at: datetime
 
     @classmethod
     def of(cls, letter: DeadLetter) -> DeadLetterOut:
         return cls(
+            **letter.fields_json(),
             id=letter.id,
             consumer_group=letter.consumer_group,
-            topic=letter.topic,
             attempts=letter.attempts,
             committed_at=letter.committed_at,
             dead_at=letter.dead_at,
-            offset=letter.offset,
-            message_id=letter.message_id,
-            transaction_id=letter.transaction_id,
-            producer_group=letter.producer_group,
-            tags=letter.tags,
-            keys=list(letter.keys),
-            message_group=letter.message_group,
-            properties=letter.properties,
-            **body_fields(letter.body),
-            born_at=letter.born_at,
         )
 
 

@@ -14,8 +14,8 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from coordinator.bodies import body_fields
 from coordinator.http.consumer_schemas import ConsumerLagOut
+from coordinator.http.message_schemas import MessageFieldsOut
 from coordinator.models import EndResult, HistoryEntry, MessageRecord, NewMessage, SendResult
 from coordinator.states import Resolution
 
@@ -171,23 +171,11 @@ class HistoryOut(BaseModel):
         )
 
 
-class MessageOut(BaseModel):
-    offset: int
-    message_id: str
-    transaction_id: str | None
+class MessageOut(MessageFieldsOut):
     kind: str
-    producer_group: str | None
-    topic: str
-    tags: str | None
-    keys: list[str]
-    message_group: str | None
-    properties: dict[str, str]
-    body_base64: str
-    body_text: str | None
     state: str
     check_count: int
     check_immunity_seconds: float | None
-    born_at: datetime
     next_check_at: datetime | None
     resolved_at: datetime | None
     resolution_source: str | None
@@ -196,23 +184,13 @@ class MessageOut(BaseModel):
     @classmethod
     def of(cls, record: MessageRecord) -> MessageOut:
         return cls(
-            offset=record.offset,
-            message_id=record.message_id,
-            transaction_id=record.transaction_id,
+            **record.fields_json(),
             kind=record.kind.value,
-            producer_group=record.producer_group,
-            topic=record.topic,
-            tags=record.tags,
-            keys=list(record.keys),
-            message_group=record.message_group,
-            properties=record.properties,
-            **body_fields(record.body),
             state=record.state.value,
             check_count=record.check_count,
             check_immunity_seconds=(
                 record.check_immunity.total_seconds() if record.check_immunity else None
             ),
-            born_at=record.born_at,
             next_check_at=record.next_check_at,
             resolved_at=record.resolved_at,
             resolution_source=record.resolution_source.value if record.resolution_source else None,
