@@ -9,70 +9,73 @@ in the commit's transaction, NOTIFY waking the long poll and the claim.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
-import aiohttp
+import uvloop
 
-from bench.http_load import LoadResult, _post
+from bench.http_load import LoadResult, connect
 
 GROUP = "bench-latency-producers"
 TOPIC = "bench-latency"
 CONSUMER_GROUP = "bench-latency-consumers"
 
 
+def _json(body: dict) -> bytes:
+    return json.dumps(body).encode()
+
+
 async def _run(url: str, samples: int) -> LoadResult:
     result = LoadResult()
-    async with aiohttp.ClientSession(base_url=url) as session:
-        async with session.put(
-            f"/v1/consumer-groups/{CONSUMER_GROUP}/subscriptions/{TOPIC}", json={"expression": "*"}
-        ) as response:
-            response.raise_for_status()
-        arrived: dict[str, float] = {}
+    producer, consumer = await connect(url), await connect(url)  # one request at a time each
+    try:
+        await producer.request(
+            "PUT",
+            f"/v1/consumer-groups/{CONSUMER_GROUP}/subscriptions/{TOPIC}",
+            _json({"expression": "*"}),
+        )
+        arrivals: dict[str, asyncio.Future[float]] = {}
+
+        def arrival(message_id: str) -> asyncio.Future[float]:
+            return arrivals.setdefault(message_id, asyncio.get_running_loop().create_future())
 
         async def consume(stop: asyncio.Event) -> None:
+            path = f"/v1/consumer-groups/{CONSUMER_GROUP}/receive"
+            receive = _json({"max_messages": 16, "wait_seconds": 2, "invisible_seconds": 60})
             while not stop.is_set():
-                answer = await _post(
-                    session,
-                    f"/v1/consumer-groups/{CONSUMER_GROUP}/receive",
-                    {"max_messages": 16, "wait_seconds": 2, "invisible_seconds": 60},
-                )
+                answer = await consumer.post(path, receive)
                 now = time.perf_counter()
                 for message in answer["messages"]:
-                    arrived[message["message_id"]] = now
-                    await _post(
-                        session,
+                    arrival(message["message_id"]).set_result(now)
+                    await consumer.post(
                         f"/v1/consumer-groups/{CONSUMER_GROUP}/ack",
-                        {"receipt_handle": message["receipt_handle"]},
+                        _json({"receipt_handle": message["receipt_handle"]}),
                     )
 
         stop = asyncio.Event()
-        consumer = asyncio.create_task(consume(stop))
+        consuming = asyncio.create_task(consume(stop))
         await asyncio.sleep(0.3)  # the consumer is waiting
+        probe = _json({"topic": TOPIC, "producer_group": GROUP, "body_text": "latency probe"})
+        commit = _json({"producer_group": GROUP, "resolution": "commit"})
         start = time.perf_counter()
         for _ in range(samples):
-            half = await _post(
-                session,
-                "/v1/transactions",
-                {"topic": TOPIC, "producer_group": GROUP, "body_text": "latency probe"},
-            )
+            half = await producer.post("/v1/transactions", probe)
             committed_at = time.perf_counter()
-            await _post(
-                session,
-                f"/v1/transactions/{half['transaction_id']}/end",
-                {"producer_group": GROUP, "resolution": "commit"},
-            )
-            deadline = time.perf_counter() + 10
-            while half["message_id"] not in arrived:
-                if time.perf_counter() > deadline:
-                    raise RuntimeError("a committed message never reached the consumer")
-                await asyncio.sleep(0.0005)
-            result.latencies_ms.append((arrived[half["message_id"]] - committed_at) * 1000)
+            await producer.post(f"/v1/transactions/{half['transaction_id']}/end", commit)
+            try:
+                arrived_at = await asyncio.wait_for(arrival(half["message_id"]), timeout=10)
+            except TimeoutError:
+                raise RuntimeError("a committed message never reached the consumer") from None
+            result.latencies_ms.append((arrived_at - committed_at) * 1000)
             result.messages += 1
         result.seconds = time.perf_counter() - start
         stop.set()
-        await consumer
+        await consuming
+    finally:
+        producer.close()
+        consumer.close()
     return result
 
 
 def run_consumer_latency(url: str, *, samples: int) -> LoadResult:
-    return asyncio.run(_run(url, samples))
+    return uvloop.run(_run(url, samples))

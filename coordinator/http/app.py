@@ -15,6 +15,7 @@ from coordinator.core.check_scheduler import running_check_scheduler
 from coordinator.http.checkback import router as checkback_router
 from coordinator.http.consumers import router as consumers_router
 from coordinator.http.errors import error_response, install_error_handlers
+from coordinator.http.hot_routes import HotRoutes
 from coordinator.http.routes import router
 
 
@@ -62,6 +63,8 @@ def create_app(database_url: str, settings: Settings | None = None) -> FastAPI:
         description="Transactional messages (RocketMQ semantics) with all state in PostgreSQL.",
         lifespan=lifespan,
     )
+    # Added last, so it runs first: the size check covers the hot routes too.
+    app.add_middleware(HotRoutes, state=app.state, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestSizeLimit, max_bytes=settings.max_request_bytes)
     install_error_handlers(app)
     app.include_router(router)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -24,25 +27,32 @@ def error_response(status: int, code: str, message: str, **extra: object) -> JSO
     return JSONResponse(status_code=status, content={"error": code, "message": message, **extra})
 
 
-def _describe(error: RequestValidationError) -> str:
+def describe_validation_errors(items: Sequence[Any]) -> str:
+    """One sentence from pydantic's error list: `field: what is wrong; ...`."""
     parts = []
-    for item in error.errors():
+    for item in items:
         where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
         msg = str(item.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{where}: {msg}" if where else msg)
     return "; ".join(parts) or "the request is not valid"
 
 
+def core_error_response(error: errors.CoordinatorError) -> JSONResponse:
+    status = next((code for kind, code in STATUS_BY_ERROR.items() if isinstance(error, kind)), 400)
+    extra = {}
+    if isinstance(error, errors.StateConflict) and error.current_state:
+        extra["current_state"] = error.current_state
+    return error_response(status, error.code, error.message, **extra)
+
+
+def validation_error_response(items: Sequence[Any]) -> JSONResponse:
+    return error_response(422, "invalid_request", describe_validation_errors(items))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(errors.CoordinatorError)
     async def _core_error(_: Request, error: errors.CoordinatorError) -> JSONResponse:
-        status = next(
-            (code for kind, code in STATUS_BY_ERROR.items() if isinstance(error, kind)), 400
-        )
-        extra = {}
-        if isinstance(error, errors.StateConflict) and error.current_state:
-            extra["current_state"] = error.current_state
-        return error_response(status, error.code, error.message, **extra)
+        return core_error_response(error)
 
     @app.exception_handler(HTTPException)
     async def _http_error(_: Request, error: HTTPException) -> JSONResponse:
@@ -58,4 +68,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, error: RequestValidationError) -> JSONResponse:
-        return error_response(422, "invalid_request", _describe(error))
+        return validation_error_response(error.errors())

@@ -1,4 +1,8 @@
-"""Routes: translate HTTP to core calls and back. No SQL here."""
+"""Routes: translate HTTP to core calls and back. No SQL here.
+
+The sending and ending routes are dispatched by hot_routes.HotRoutes, which
+calls these same endpoint functions with the validated body and the core.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,11 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from coordinator.core import Coordinator
-from coordinator.errors import CoordinatorError
 from coordinator.http.consumer_schemas import ConsumerLagOut
 from coordinator.http.schemas import (
     BatchIn,
     BatchOut,
     EndBatchIn,
-    EndBatchItemOut,
     EndBatchOut,
     EndIn,
     EndResultOut,
@@ -23,6 +25,8 @@ from coordinator.http.schemas import (
     SendResultOut,
     StateCountOut,
     StatusOut,
+    end_batch_item_json,
+    end_result_json,
     send_result_json,
 )
 from coordinator.models import EndRequest
@@ -98,7 +102,7 @@ async def end(
             message_id=body.message_id,
         )
     )
-    return JSONResponse(EndResultOut.of(result).model_dump())
+    return JSONResponse(end_result_json(result))
 
 
 @router.post(
@@ -120,29 +124,14 @@ async def end_batch(body: EndBatchIn, core: Coordinator = Depends(coordinator)) 
         for item in body.requests
     ]
     outcomes = await core.end_batch(requests)
-    results = []
-    for request, outcome in zip(requests, outcomes, strict=True):
-        if isinstance(outcome, CoordinatorError):
-            results.append(
-                EndBatchItemOut(
-                    transaction_id=request.transaction_id,
-                    ok=False,
-                    error=outcome.code,
-                    message=outcome.message,
-                )
-            )
-        else:
-            results.append(
-                EndBatchItemOut(
-                    transaction_id=outcome.transaction_id,
-                    ok=True,
-                    offset=outcome.offset,
-                    message_id=outcome.message_id,
-                    state=outcome.state.value,
-                    changed=outcome.changed,
-                )
-            )
-    return JSONResponse(EndBatchOut(results=results).model_dump())
+    return JSONResponse(
+        {
+            "results": [
+                end_batch_item_json(request, outcome)
+                for request, outcome in zip(requests, outcomes, strict=True)
+            ]
+        }
+    )
 
 
 @router.get(

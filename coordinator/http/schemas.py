@@ -14,9 +14,17 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+from coordinator.errors import CoordinatorError
 from coordinator.http.consumer_schemas import ConsumerLagOut
 from coordinator.http.message_schemas import MessageFieldsOut
-from coordinator.models import EndResult, HistoryEntry, MessageRecord, NewMessage, SendResult
+from coordinator.models import (
+    EndRequest,
+    EndResult,
+    HistoryEntry,
+    MessageRecord,
+    NewMessage,
+    SendResult,
+)
 from coordinator.states import Resolution
 
 
@@ -135,6 +143,22 @@ class EndBatchOut(BaseModel):
     results: list[EndBatchItemOut]
 
 
+def end_batch_item_json(request: EndRequest, outcome: EndResult | CoordinatorError) -> dict:
+    """EndBatchItemOut as a plain dict (no per-item model on the hot path)."""
+    if isinstance(outcome, CoordinatorError):
+        return {
+            "transaction_id": request.transaction_id,
+            "ok": False,
+            "offset": None,
+            "message_id": None,
+            "state": None,
+            "changed": None,
+            "error": outcome.code,
+            "message": outcome.message,
+        }
+    return {"ok": True, **end_result_json(outcome), "error": None, "message": None}
+
+
 class EndResultOut(BaseModel):
     offset: int
     message_id: str
@@ -142,15 +166,16 @@ class EndResultOut(BaseModel):
     state: str
     changed: bool = Field(description="False for unknown and for a repeated resolution.")
 
-    @classmethod
-    def of(cls, result: EndResult) -> EndResultOut:
-        return cls(
-            offset=result.offset,
-            message_id=result.message_id,
-            transaction_id=result.transaction_id,
-            state=result.state.value,
-            changed=result.changed,
-        )
+
+def end_result_json(result: EndResult) -> dict[str, object]:
+    """EndResultOut as a plain dict, for the hot routes that skip re-validation."""
+    return {
+        "offset": result.offset,
+        "message_id": result.message_id,
+        "transaction_id": result.transaction_id,
+        "state": result.state.value,
+        "changed": result.changed,
+    }
 
 
 class HistoryOut(BaseModel):

@@ -265,3 +265,25 @@ def test_ending_a_batch_answers_each_request(http: httpx.Client, db: psycopg.Con
         "/v1/transactions/end-batch", json={"requests": [item(c, "commit"), item(c, "rollback")]}
     )
     assert twice.status_code == 400 and "twice" in twice.json()["message"]
+
+
+def test_hot_routes_check_what_fastapi_would(database_url: str) -> None:
+    # The sending and ending routes skip FastAPI's dispatch (hot_routes.py);
+    # they must still refuse what the declared routes refuse.
+    settings = Settings(max_request_bytes=1024)
+    with LiveServer(database_url, settings) as server, httpx.Client(base_url=server.url) as http:
+        chunks = (b'{"topic": "t", "body_text": "' + b"x" * 600, b"x" * 600 + b'"}')
+        streamed = http.post("/v1/messages", content=iter(chunks))  # chunked: no length
+        assert streamed.status_code == 413 and "at most 1024" in streamed.json()["message"]
+
+        long_id = "t" * 129
+        ended = http.post(
+            f"/v1/transactions/{long_id}/end",
+            json={"producer_group": GROUP, "resolution": "commit"},
+        )
+        assert ended.status_code == 422
+        assert "transaction_id" in ended.json()["message"]
+
+        assert http.get("/v1/transactions").status_code == 405  # passed on to FastAPI
+        sent = http.post("/v1/messages", json={"topic": TOPIC, "body_text": "ok"})
+        assert sent.status_code == 201 and sent.json()["state"] == "committed"
