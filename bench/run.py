@@ -38,7 +38,13 @@ RESULTS = Path(__file__).parent / "results"
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--database-url", help="measure this server (default: embedded)")
-    parser.add_argument("--concurrency", type=int, default=16, help="producers / pgbench clients")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[16, 64],
+        help="producers / pgbench clients; the single-message run is repeated for each",
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run")
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--resolved-rows", type=int, default=1_000_000)
@@ -62,20 +68,39 @@ def main(argv: list[str] | None = None) -> dict:
     }
     with bench_database(args.database_url) as database:
         report["database"] = "embedded (pgserver)" if database.embedded else "external"
-        with console.status("1/5 baseline: pgbench, the raw SQL limit ..."):
-            baseline = run_baseline(database, clients=args.concurrency, seconds=args.seconds)
+        baselines = []
+        for clients in args.concurrency:
+            with console.status(f"1/5 baseline: pgbench, the raw SQL limit, {clients} clients ..."):
+                baselines.append(run_baseline(database, clients=clients, seconds=args.seconds))
+            console.print(
+                f"baseline, {clients} clients: {baselines[-1].messages_per_second:,.0f} msgs/s"
+            )
+        baseline = baselines[0]  # the reference for the batch and claim ratios
         report["baseline"] = asdict(baseline)
-        console.print(f"baseline: {baseline.messages_per_second:,.0f} msgs/s")
 
         with coordinator_server(database.url) as url:
-            with console.status("2/5 coordinator over HTTP, one message per call ..."):
-                single = run_single(url, concurrency=args.concurrency, seconds=args.seconds)
+            singles = []
+            for producers in args.concurrency:
+                with console.status(f"2/5 HTTP, one message per call, {producers} producers ..."):
+                    singles.append(run_single(url, concurrency=producers, seconds=args.seconds))
+                console.print(
+                    f"single, {producers} producers: {singles[-1].messages_per_second:,.0f} msgs/s"
+                )
+            single = singles[0]
             report["http_single"] = _load(single)
-            console.print(f"single: {single.messages_per_second:,.0f} msgs/s")
+            report["concurrency"] = [
+                {
+                    "producers": b.clients,
+                    "baseline": asdict(b),
+                    "http_single": _load(s),
+                    "ratio": round(s.messages_per_second / b.messages_per_second, 3),
+                }
+                for b, s in zip(baselines, singles, strict=True)
+            ]
             with console.status("3/5 coordinator over HTTP, batch API ..."):
                 batches = run_batches(
                     url,
-                    concurrency=max(1, args.concurrency // 4),
+                    concurrency=max(1, args.concurrency[0] // 4),
                     seconds=args.seconds,
                     batch_size=args.batch_size,
                 )
@@ -117,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
             for c in claims
         ]
 
-    _print_table(report, baseline.messages_per_second, single, batches, latency, claims)
+    _print_table(report, baselines, singles, batches, latency, claims)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     console.print(f"written to {args.out}")
@@ -134,20 +159,28 @@ def _load(result) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
-def _print_table(report, baseline_rate, single, batches, latency, claims) -> None:  # type: ignore[no-untyped-def]
+def _print_table(report, baselines, singles, batches, latency, claims) -> None:  # type: ignore[no-untyped-def]
     table = Table(title=f"coordinator benchmarks ({report['database']}, {os.cpu_count()} cores)")
     for column in ("measure", "result", "p50", "p99", "vs baseline"):
         table.add_column(column, justify="left" if column == "measure" else "right")
-    table.add_row("baseline: raw SQL (pgbench)", f"{baseline_rate:,.0f} msgs/s", "", "", "1.00x")
+    baseline_rate = baselines[0].messages_per_second
+    for baseline, single in zip(baselines, singles, strict=True):
+        table.add_row(
+            f"baseline: raw SQL (pgbench, {baseline.clients} clients)",
+            f"{baseline.messages_per_second:,.0f} msgs/s",
+            "",
+            "",
+            "1.00x" if baseline is baselines[0] else "",
+        )
+        table.add_row(
+            f"HTTP, one message per call ({baseline.clients} producers)",
+            f"{single.messages_per_second:,.0f} msgs/s",
+            f"{single.percentile(50):.1f} ms",
+            f"{single.percentile(99):.1f} ms",
+            f"{single.messages_per_second / baseline.messages_per_second:.2f}x",
+        )
     table.add_row(
-        "HTTP, one message per call",
-        f"{single.messages_per_second:,.0f} msgs/s",
-        f"{single.percentile(50):.1f} ms",
-        f"{single.percentile(99):.1f} ms",
-        f"{single.messages_per_second / baseline_rate:.2f}x",
-    )
-    table.add_row(
-        "HTTP, batch API",
+        f"HTTP, batch API ({max(1, baselines[0].clients // 4)} producers)",
         f"{batches.messages_per_second:,.0f} msgs/s",
         f"{batches.percentile(50):.1f} ms",
         f"{batches.percentile(99):.1f} ms",

@@ -12,17 +12,13 @@ from coordinator.db.queries import query
 
 
 async def _configure(conn: AsyncConnection[Any]) -> None:
-    # Never a sequential scan where an index can serve. Prepared statements
+    # Plan every execution for the table as it is now. Prepared statements
     # (psycopg prepares repeated queries) and the triggers' PL/pgSQL switch to
-    # a cached generic plan after a few runs. A plan cached while `messages`
-    # was small (a sequential scan) stays until the next ANALYZE, and a table
-    # growing fast from empty made a one-row commit take 40 ms instead of 2 ms
-    # (bench/). Planning every execution instead (plan_cache_mode =
-    # force_custom_plan) cost about 40% of Postgres's CPU per message. Every
-    # statement of the request path finds its rows through an index, so with
-    # sequential scans priced out its cached plans are right at any table
-    # size. The few whole-table reports turn them back on (fetch_report).
-    await conn.execute("SET enable_seqscan = off")
+    # a cached generic plan after a few runs; a plan cached while a table was
+    # small (a sequential scan) stays until the next ANALYZE, and a table that
+    # grows fast from empty made a one-row commit take 40 ms instead of 2 ms
+    # (bench/). Our statements are few per request and cheap to plan.
+    await conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
 def open_pool(database_url: str, *, min_size: int, max_size: int) -> AsyncConnectionPool:
@@ -42,15 +38,6 @@ def open_pool(database_url: str, *, min_size: int, max_size: int) -> AsyncConnec
 async def fetch_all(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> list[DictRow]:
     cursor = await conn.execute(query(name), params)
     return await cursor.fetchall()
-
-
-async def fetch_report(
-    conn: AsyncConnection[Any], name: str, params: dict[str, Any]
-) -> list[DictRow]:
-    """A query that reads whole tables (counts, lag): sequential scans allowed."""
-    async with conn.transaction():
-        await conn.execute("SET LOCAL enable_seqscan = on")
-        return await fetch_all(conn, name, params)
 
 
 async def fetch_one(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection
 
-from coordinator.core.database import fetch_all, fetch_one, fetch_report
+from coordinator.core.database import fetch_all, fetch_one
 from coordinator.core.notifier import DELIVERIES_CHANNEL
 from coordinator.core.notifier import Subscription as Waiter
 from coordinator.delivery_models import (
@@ -370,7 +370,7 @@ class Delivery:
         if consumer_group is not None:
             check_consumer_group(consumer_group)
         async with self._core.pool.connection() as conn:
-            rows = await fetch_report(conn, "consumer_lag", {"consumer_group": consumer_group})
+            rows = await fetch_all(conn, "consumer_lag", {"consumer_group": consumer_group})
         return [
             ConsumerLag(
                 consumer_group=row["consumer_group"],

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
+import secrets
 
 
 def new_message_id() -> str:
-    # Upper-case hex like RocketMQ's message ids; random so that any number of
-    # coordinator nodes can mint them without coordination.
-    return uuid.uuid4().hex.upper()
+    # Upper-case hex like RocketMQ's message ids; 128 random bits, so that any
+    # number of coordinator nodes can mint them without coordination.
+    return secrets.token_hex(16).upper()
 
 
 def new_transaction_id() -> str:
-    return uuid.uuid4().hex
+    return secrets.token_hex(16)

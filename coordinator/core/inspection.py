@@ -6,7 +6,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator.core.database import fetch_all, fetch_one, fetch_report
+from coordinator.core.database import fetch_all, fetch_one
 from coordinator.errors import InvalidMessage, NotFound
 from coordinator.models import (
     HistoryEntry,
@@ -77,7 +77,7 @@ def _record(row: dict[str, Any], history: list[dict[str, Any]]) -> MessageRecord
 
 
 async def get_status(conn: AsyncConnection[Any]) -> Status:
-    counts = await fetch_report(conn, "message_counts", {})
+    counts = await fetch_all(conn, "message_counts", {})
     oldest = await fetch_one(conn, "oldest_pending", {})
     return Status(
         counts=tuple(

@@ -17,7 +17,7 @@ def test_the_benchmark_runs_every_part_and_writes_json(tmp_path: Path, database_
     main(
         [
             "--database-url", database_url,
-            "--concurrency", "4",
+            "--concurrency", "4", "8",
             "--seconds", "1",
             "--batch-size", "20",
             "--resolved-rows", "1000",
@@ -28,6 +28,8 @@ def test_the_benchmark_runs_every_part_and_writes_json(tmp_path: Path, database_
     )  # fmt: skip
     report = json.loads(out.read_text())
     assert report["baseline"]["messages_per_second"] > 0
+    assert [run["producers"] for run in report["concurrency"]] == [4, 8]
+    assert all(run["ratio"] > 0 for run in report["concurrency"])
     for part in ("http_single", "http_batch", "commit_to_consumer"):
         assert report[part]["messages"] > 0, part
         assert report[part]["p99_ms"] >= report[part]["p50_ms"] > 0, part

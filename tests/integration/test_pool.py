@@ -1,4 +1,4 @@
-"""The core's connections keep index plans when `messages` outgrows its statistics."""
+"""A commit on the core's connections costs the same however large `messages` grew."""
 
 from __future__ import annotations
 
@@ -31,20 +31,26 @@ async def _prepare_and_commit(conn: AsyncConnection[Any], settings: Settings) ->
     assert not isinstance(ended, Exception)
 
 
-async def _sequential_scans_of_messages(conn: AsyncConnection[Any]) -> int:
-    # pg_stat_xact_*: this transaction's own counts, before any stats flush.
+async def _rows_read_from_messages(conn: AsyncConnection[Any]) -> int:
+    # pg_stat_xact_*: this backend's counts not yet flushed to the shared
+    # statistics (so read it before and after). A full scan shows here
+    # whether it is sequential or along an index.
     cursor = await conn.execute(
-        "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'messages'"
+        "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) AS rows"
+        " FROM pg_stat_xact_user_tables WHERE relname = 'messages'"
     )
     row = await cursor.fetchone()
-    return row["seq_scan"] if row else 0
+    return row["rows"] if row else 0
 
 
-async def test_cached_plans_stay_on_indexes_after_messages_grows(core: Coordinator) -> None:
+async def test_a_commit_reads_a_few_rows_after_messages_grew(core: Coordinator) -> None:
     # The situation that made a one-row commit take 40 ms: the statements run
-    # often enough to be prepared and cached (generic plans, also inside the
-    # delivery trigger) while `messages` is empty by its statistics, then the
-    # table grows with no ANALYZE in between.
+    # often enough to be prepared (psycopg) and cached (Postgres, also inside
+    # the delivery trigger) while `messages` is empty by its statistics, then
+    # the table grows with no ANALYZE in between. The pool plans every
+    # execution (database.py), so the commit still finds its row by index;
+    # a session that reused the plans cached while the table was empty
+    # (plan_cache_mode = force_generic_plan) reads all 20,000 rows here.
     async with core.pool.connection() as conn:
         await conn.execute("ALTER TABLE messages SET (autovacuum_enabled = off)")
         await conn.execute("ANALYZE messages")
@@ -52,5 +58,7 @@ async def test_cached_plans_stay_on_indexes_after_messages_grows(core: Coordinat
             await _prepare_and_commit(conn, core.settings)
         await conn.execute(GROW)
         async with conn.transaction():
+            before = await _rows_read_from_messages(conn)
             await _prepare_and_commit(conn, core.settings)
-            assert await _sequential_scans_of_messages(conn) == 0
+            # a handful of lookups (the row, its FK checks), not 20,000 rows
+            assert await _rows_read_from_messages(conn) - before < 20
