@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+from types import FrameType
 from typing import Any
 
 import typer
@@ -75,6 +77,11 @@ def serve(
         "log_level": "warning",
         "access_log": False,
     }
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
+    # with the handler it found. The default handler would end the process
+    # without running atexit hooks, and the embedded server's hook stops
+    # Postgres: exit as on SIGINT instead, so nothing is left running.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if workers == 1:
         uvicorn.run(create_app(url, settings), **server_options)
         return
@@ -93,3 +100,7 @@ def serve(
         workers=workers,
         **server_options,
     )
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)

@@ -42,7 +42,10 @@ def test_serve_with_no_database_url_runs_an_embedded_postgres(tmp_path: Path) ->
             json={"producer_group": GROUP, "resolution": "commit"},
         )
         assert ended.json()["state"] == "committed"
-    assert (tmp_path / ".coordinator" / "pgdata" / "PG_VERSION").exists()
+    pgdata = tmp_path / ".coordinator" / "pgdata"
+    assert (pgdata / "PG_VERSION").exists()
+    # stopped with the coordinator (SIGTERM): no postgres left running
+    assert not (pgdata / "postmaster.pid").exists()
 
 
 def test_serve_with_a_database_url_never_starts_a_server(tmp_path: Path, database_url: str) -> None:
