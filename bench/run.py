@@ -170,7 +170,7 @@ def _print_table(report, baselines, singles, batches, latency, claims) -> None: 
             f"{baseline.messages_per_second:,.0f} msgs/s",
             "",
             "",
-            "1.00x" if baseline is baselines[0] else "",
+            "1.00x",
         )
         table.add_row(
             f"HTTP, one message per call ({baseline.clients} producers)",

@@ -16,7 +16,8 @@ from coordinator.models import NewMessage
 
 NAME_MAX_LENGTH = 127
 _NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-_MESSAGE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+ID_MAX_LENGTH = 128  # message and transaction ids
+_MESSAGE_ID = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{ID_MAX_LENGTH}}}$")
 # RocketMQ keeps these topics for itself; a producer writing to them would be
 # mistaken for broker-internal traffic by any RocketMQ tooling reading ours.
 _RESERVED_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_")
@@ -52,7 +53,7 @@ def check_topic(topic: str | None) -> str:
 def check_message_id(message_id: str, what: str = "message id") -> str:
     if not _MESSAGE_ID.match(message_id):
         raise InvalidMessage(
-            f"{what} {message_id[:40]!r} is not valid; use 1 to 128 letters, digits, "
+            f"{what} {message_id[:40]!r} is not valid; use 1 to {ID_MAX_LENGTH} letters, digits, "
             "'_', '.', ':' or '-'"
         )
     return message_id

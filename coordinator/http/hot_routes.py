@@ -30,12 +30,12 @@ from coordinator.errors import CoordinatorError
 from coordinator.http import routes
 from coordinator.http.errors import core_error_response, error_response, validation_error_response
 from coordinator.http.schemas import BatchIn, EndBatchIn, EndIn, MessageIn
+from coordinator.validation import ID_MAX_LENGTH
 
 Endpoint = Callable[..., Awaitable[Response]]
 
 # /v1/transactions/{transaction_id}/end, as FastAPI matches it: one path segment.
 END_PATH = re.compile(r"/v1/transactions/(?P<transaction_id>[^/]+)/end")
-MAX_TRANSACTION_ID = 128  # as the route declares: Path(max_length=128)
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,12 @@ class HotRoutes:
                 413, "request_too_large", f"at most {self.max_bytes} bytes are accepted"
             )
         transaction_id = path_params.get("transaction_id")
-        if transaction_id is not None and len(transaction_id) > MAX_TRANSACTION_ID:
+        if transaction_id is not None and len(transaction_id) > ID_MAX_LENGTH:
             return validation_error_response(
                 [
                     {
                         "loc": ("path", "transaction_id"),
-                        "msg": f"String should have at most {MAX_TRANSACTION_ID} characters",
+                        "msg": f"String should have at most {ID_MAX_LENGTH} characters",
                     }
                 ]
             )

@@ -30,6 +30,7 @@ from coordinator.http.schemas import (
     send_result_json,
 )
 from coordinator.models import EndRequest
+from coordinator.validation import ID_MAX_LENGTH
 
 ERRORS = {
     400: {"model": ErrorOut, "description": "Invalid message or request"},
@@ -90,7 +91,7 @@ async def prepare_batch(body: BatchIn, core: Coordinator = Depends(coordinator))
 )
 async def end(
     body: EndIn,
-    transaction_id: str = Path(max_length=128),
+    transaction_id: str = Path(max_length=ID_MAX_LENGTH),
     core: Coordinator = Depends(coordinator),
 ) -> JSONResponse:
     result = await core.end(
@@ -141,7 +142,7 @@ async def end_batch(body: EndBatchIn, core: Coordinator = Depends(coordinator)) 
     tags=["lookup"],
 )
 async def get_by_transaction(
-    transaction_id: str = Path(max_length=128), core: Coordinator = Depends(coordinator)
+    transaction_id: str = Path(max_length=ID_MAX_LENGTH), core: Coordinator = Depends(coordinator)
 ) -> MessageOut:
     return MessageOut.of(await core.get_message(transaction_id=transaction_id))
 
@@ -169,7 +170,7 @@ async def send_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) ->
     "/v1/messages/{message_id}", response_model=MessageOut, responses=ERRORS, tags=["lookup"]
 )
 async def get_by_message_id(
-    message_id: str = Path(max_length=128), core: Coordinator = Depends(coordinator)
+    message_id: str = Path(max_length=ID_MAX_LENGTH), core: Coordinator = Depends(coordinator)
 ) -> MessageOut:
     return MessageOut.of(await core.get_message(message_id=message_id))
 

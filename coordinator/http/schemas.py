@@ -26,6 +26,7 @@ from coordinator.models import (
     SendResult,
 )
 from coordinator.states import Resolution
+from coordinator.validation import ID_MAX_LENGTH
 
 
 class _Strict(BaseModel):
@@ -121,7 +122,7 @@ class EndIn(_Strict):
 
 
 class EndBatchItemIn(EndIn):
-    transaction_id: str = Field(max_length=128)
+    transaction_id: str = Field(max_length=ID_MAX_LENGTH)
 
 
 class EndBatchIn(_Strict):

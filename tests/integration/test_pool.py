@@ -50,7 +50,7 @@ async def test_a_commit_reads_a_few_rows_after_messages_grew(core: Coordinator) 
     # the table grows with no ANALYZE in between. The pool plans every
     # execution (database.py), so the commit still finds its row by index;
     # a session that reused the plans cached while the table was empty
-    # (plan_cache_mode = force_generic_plan) reads all 20,000 rows here.
+    # (plan_cache_mode = force_generic_plan) reads the grown table in full.
     async with core.pool.connection() as conn:
         await conn.execute("ALTER TABLE messages SET (autovacuum_enabled = off)")
         await conn.execute("ANALYZE messages")
