@@ -22,6 +22,9 @@ import uvloop
 
 GROUP = "bench-producers"
 TOPIC = "bench"
+# Subscribed to TOPIC, so that every commit also makes its message deliverable
+# (one delivery row), as the baseline's commit does. Nobody consumes.
+CONSUMER_GROUP = "bench-consumers"
 BODY = "order 1001 created"
 
 
@@ -142,6 +145,11 @@ async def _batch_producer(
 async def _run(url: str, concurrency: int, seconds: float, batch_size: int | None) -> LoadResult:
     connections = [await connect(url) for _ in range(concurrency)]
     try:
+        await connections[0].request(
+            "PUT",
+            f"/v1/consumer-groups/{CONSUMER_GROUP}/subscriptions/{TOPIC}",
+            b'{"expression": "*"}',
+        )
         await _single_producer(connections[0], time.perf_counter() + 0.5, LoadResult())  # warm up
         result = LoadResult()
         start = time.perf_counter()

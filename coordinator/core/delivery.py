@@ -1,7 +1,7 @@
 """Delivery of committed messages to consumer groups (RocketMQ 5 SimpleConsumer).
 
 Committed messages become deliveries in the transaction that commits them
-(a trigger on messages, migration 0003). A receive claims a group's oldest
+(a trigger on messages, migrations 0003 and 0004). A receive claims a group's oldest
 available deliveries with FOR UPDATE SKIP LOCKED, makes them invisible to the
 rest of the group for an invisible duration, counts the attempt and issues a
 fresh receipt handle. An ack deletes the delivery; one not acked in time is

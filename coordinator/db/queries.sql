@@ -148,8 +148,8 @@ LIMIT 1;
 
 -- ---------------------------------------------------------------------------
 -- Delivery (issue 4): subscriptions, receive, ack, invisible duration, dead
--- letters, lag. Deliveries are created by the trigger on messages (migration
--- 0003), in the transaction that commits a message.
+-- letters, lag. Deliveries are created by the trigger on messages (migrations
+-- 0003, 0004), in the transaction that commits a message.
 
 -- name: upsert_subscription
 -- xmax = 0 only for a freshly inserted row: tells "created" from "changed".
@@ -167,7 +167,8 @@ RETURNING consumer_group, topic, expression, tags, fifo, max_delivery_attempts, 
           (xmax = 0) AS created;
 
 -- name: delete_subscription
--- Its pending deliveries go with it (ON DELETE CASCADE); dead letters stay.
+-- Its pending deliveries go with it (trigger subscriptions_deleted); dead
+-- letters stay.
 DELETE FROM subscriptions
 WHERE consumer_group = %(consumer_group)s::text AND topic = %(topic)s::text
 RETURNING consumer_group, topic, expression, tags, fifo, max_delivery_attempts, created_at;
@@ -786,8 +787,8 @@ WHERE m.state <> 'prepared'
 GROUP BY 1, 2;
 
 -- name: pipeline_archive_delete
--- One batch of archived messages; their history goes with them (ON DELETE
--- CASCADE). The conditions are checked again: a message that is somehow
+-- One batch of archived messages; their history goes with them (trigger
+-- messages_deleted). The conditions are checked again: a message that is somehow
 -- pending or has a delivery or dead letter now stays.
 DELETE FROM messages m
 WHERE m.id = ANY(%(ids)s::bigint[])

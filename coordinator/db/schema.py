@@ -14,7 +14,6 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKey,
-    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
@@ -105,12 +104,10 @@ message_history = Table(
     "message_history",
     metadata,
     Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column(
-        "message_offset",
-        BigInteger,
-        ForeignKey("messages.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    # No foreign key: a history row is written by the statement that writes
+    # its message, and a per-row key check cost more than the row (0004).
+    # Deleting a message deletes its history (trigger messages_deleted).
+    Column("message_offset", BigInteger, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("source", Text, nullable=False),
     Column("from_state", Text, nullable=True),
@@ -151,12 +148,11 @@ deliveries = Table(
     "deliveries",
     metadata,
     Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column(
-        "message_offset",
-        BigInteger,
-        ForeignKey("messages.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    # No foreign keys (0004): the fan-out trigger writes a delivery from the
+    # message and subscription it has just read (and key-share locked), and
+    # deleting either deletes its deliveries (triggers messages_deleted,
+    # subscriptions_deleted), as ON DELETE CASCADE did.
+    Column("message_offset", BigInteger, nullable=False),
     Column("consumer_group", Text, nullable=False),
     Column("topic", Text, nullable=False),
     Column("message_group", Text, nullable=True),
@@ -164,11 +160,6 @@ deliveries = Table(
     Column("visible_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("receipt_handle", Text, nullable=True),
-    ForeignKeyConstraint(
-        ["consumer_group", "topic"],
-        ["subscriptions.consumer_group", "subscriptions.topic"],
-        ondelete="CASCADE",
-    ),
     UniqueConstraint("message_offset", "consumer_group"),
     CheckConstraint("attempts >= 0", name="attempts"),
     # The claim walks a group's rows in commit order.

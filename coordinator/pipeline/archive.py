@@ -14,7 +14,7 @@ A run goes through these steps, recorded in its manifest (manifest.py):
 4. publish: each staged file is renamed into the archive, prefixed with the
    run id. A rename is atomic; a file already moved is skipped on rerun.
 5. delete: the offsets found in the run's published files are deleted from
-   PostgreSQL in batches (history goes by ON DELETE CASCADE), each batch its
+   PostgreSQL in batches (history goes with them, by the messages_deleted trigger), each batch its
    own transaction, re-checking that the message is resolved and has nothing
    left to deliver.
 6. finish: a message that could not be deleted (it got a delivery meanwhile)

@@ -20,6 +20,24 @@ depends_on: str | Sequence[str] | None = None
 CHECK_STATUSES = "'no_producer', 'pending', 'pushing', 'delivered', 'failed'"
 DISPATCH_MODES = "'pull', 'push'"
 
+# (Replaced by a statement-level trigger in 0004, which restores these on downgrade.)
+CLOSE_CHECK_REQUEST_FUNCTION = """
+CREATE FUNCTION coordinator_close_check_request() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM check_requests WHERE message_offset = NEW.id;
+    RETURN NULL;
+END
+$$
+"""
+CLOSE_CHECK_REQUEST_TRIGGER = """
+CREATE TRIGGER messages_close_check_request
+AFTER UPDATE OF state ON messages
+FOR EACH ROW
+WHEN (OLD.state = 'prepared' AND NEW.state <> 'prepared')
+EXECUTE FUNCTION coordinator_close_check_request()
+"""
+
 
 def upgrade() -> None:
     op.create_table(
@@ -97,26 +115,8 @@ def upgrade() -> None:
     # A message that leaves `prepared` (by any path: its producer, a check-back
     # answer, an operator, discard, expiry) has nothing left to check: its
     # check request goes with it, so the table stays as small as the backlog.
-    op.execute(
-        """
-        CREATE FUNCTION coordinator_close_check_request() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        BEGIN
-            DELETE FROM check_requests WHERE message_offset = NEW.id;
-            RETURN NULL;
-        END
-        $$
-        """
-    )
-    op.execute(
-        """
-        CREATE TRIGGER messages_close_check_request
-        AFTER UPDATE OF state ON messages
-        FOR EACH ROW
-        WHEN (OLD.state = 'prepared' AND NEW.state <> 'prepared')
-        EXECUTE FUNCTION coordinator_close_check_request()
-        """
-    )
+    op.execute(CLOSE_CHECK_REQUEST_FUNCTION)
+    op.execute(CLOSE_CHECK_REQUEST_TRIGGER)
 
     op.execute(
         """

@@ -83,6 +83,15 @@ END
 $$
 """
 
+FAN_OUT_TRIGGERS = [
+    "CREATE TRIGGER messages_deliver_inserted AFTER INSERT ON messages "
+    "REFERENCING NEW TABLE AS new_messages "
+    "FOR EACH STATEMENT EXECUTE FUNCTION deliver_committed_messages()",
+    "CREATE TRIGGER messages_deliver_updated AFTER UPDATE ON messages "
+    "REFERENCING OLD TABLE AS old_messages NEW TABLE AS new_messages "
+    "FOR EACH STATEMENT EXECUTE FUNCTION deliver_committed_messages()",
+]
+
 CONSUMER_LAG_VIEW = """
 CREATE VIEW consumer_lag AS
 WITH pending AS (
@@ -224,16 +233,8 @@ def upgrade() -> None:
     op.create_index("ix_dead_letters_consumer_group_id", "dead_letters", ["consumer_group", "id"])
 
     op.execute(FAN_OUT_FUNCTION)
-    op.execute(
-        "CREATE TRIGGER messages_deliver_inserted AFTER INSERT ON messages "
-        "REFERENCING NEW TABLE AS new_messages "
-        "FOR EACH STATEMENT EXECUTE FUNCTION deliver_committed_messages()"
-    )
-    op.execute(
-        "CREATE TRIGGER messages_deliver_updated AFTER UPDATE ON messages "
-        "REFERENCING OLD TABLE AS old_messages NEW TABLE AS new_messages "
-        "FOR EACH STATEMENT EXECUTE FUNCTION deliver_committed_messages()"
-    )
+    for trigger in FAN_OUT_TRIGGERS:
+        op.execute(trigger)
     op.execute(CONSUMER_LAG_VIEW)
 
 

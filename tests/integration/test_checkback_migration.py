@@ -1,4 +1,8 @@
-"""Migration 0002: producer registry, check requests, their view and trigger; and undoing them."""
+"""Migration 0002: producer registry, check requests, their view and trigger; and undoing them.
+
+From 0004 on, a statement-level trigger closes check requests instead of
+0002's row trigger; downgrading below 0004 brings the row trigger back.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +30,10 @@ def _trigger_exists(db: psycopg.Connection) -> bool:
 def test_downgrade_to_0001_removes_the_check_back_schema_and_upgrade_restores_it(
     database_url: str, db: psycopg.Connection
 ) -> None:
-    assert _relations(db) >= CHECKBACK_RELATIONS and _trigger_exists(db)
+    assert _relations(db) >= CHECKBACK_RELATIONS and not _trigger_exists(db)
+
+    migrate.downgrade(database_url, "0003")
+    assert _trigger_exists(db)
 
     migrate.downgrade(database_url, "0001")
     assert not CHECKBACK_RELATIONS & _relations(db)
@@ -35,5 +42,7 @@ def test_downgrade_to_0001_removes_the_check_back_schema_and_upgrade_restores_it
         "SELECT count(*) FROM pg_proc WHERE proname = 'coordinator_close_check_request'"
     ).fetchone() == (0,)
 
-    migrate.upgrade(database_url)
+    migrate.upgrade(database_url, "0002")
     assert _relations(db) >= CHECKBACK_RELATIONS and _trigger_exists(db)
+    migrate.upgrade(database_url)
+    assert not _trigger_exists(db)

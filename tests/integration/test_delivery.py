@@ -504,11 +504,36 @@ async def test_receiving_a_topic_the_group_does_not_subscribe_is_not_found(
     assert await receive(subscribed, topic=TOPIC) == []
 
 
-async def test_deleting_a_message_removes_its_deliveries(
+async def test_deleting_a_message_removes_its_deliveries_and_history(
     subscribed: Coordinator, db: psycopg.Connection
 ) -> None:
     offset = await commit(subscribed)
+    kept = await commit(subscribed)
     db.execute("DELETE FROM messages WHERE id = %s", (offset,))
+    assert deliveries(db) == 1
+    history = "SELECT count(*) FROM message_history WHERE message_offset = %s"
+    assert db.execute(history, (offset,)).fetchone() == (0,)
+    assert db.execute(history, (kept,)).fetchone() == (2,)
+
+
+async def test_unsubscribing_while_a_commit_fans_out_leaves_no_delivery_behind(
+    subscribed: Coordinator, db: psycopg.Connection, database_url: str
+) -> None:
+    """The unsubscribe waits for the commit that is fanning out to the
+    subscription, then removes what it fanned out: no delivery outlives its
+    subscription (as when deliveries had a foreign key to it)."""
+    sent = await subscribed.prepare(half(body=b"racing"))
+    with psycopg.connect(database_url) as committing:
+        committing.execute(
+            "UPDATE messages SET state = 'committed', resolved_at = now(), "
+            "resolution_source = 'operator' WHERE id = %s",
+            (sent.offset,),
+        )
+        unsubscribe = asyncio.create_task(subscribed.delivery.unsubscribe(GROUP, TOPIC))
+        await asyncio.sleep(0.3)
+        assert not unsubscribe.done()  # blocked by the fan-out's lock
+        committing.commit()
+    await asyncio.wait_for(unsubscribe, 10)
     assert deliveries(db) == 0
 
 
