@@ -2,6 +2,10 @@
 -- compare-and-set inside a single statement, and the history row of the
 -- change is written by the same statement, so a change and its record can
 -- never be separated.
+--
+-- The batch statements take one array per column, sent in binary (%(name)b):
+-- psycopg dumps a 200-element array about three times faster in binary than
+-- as text, and bytea needs no hex escaping.
 
 -- name: insert_messages
 -- Stores a batch of messages (half or normal) in one statement. A message id
@@ -10,16 +14,16 @@
 WITH incoming AS (
     SELECT *
     FROM unnest(
-        %(message_ids)s::text[],
-        %(transaction_ids)s::text[],
-        %(producer_groups)s::text[],
-        %(topics)s::text[],
-        %(tags)s::text[],
-        %(keys)s::text[],
-        %(message_groups)s::text[],
-        %(bodies)s::bytea[],
-        %(properties)s::jsonb[],
-        %(immunity_seconds)s::float8[]
+        %(message_ids)b::text[],
+        %(transaction_ids)b::text[],
+        %(producer_groups)b::text[],
+        %(topics)b::text[],
+        %(tags)b::text[],
+        %(keys)b::text[],
+        %(message_groups)b::text[],
+        %(bodies)b::bytea[],
+        %(properties)b::jsonb[],
+        %(immunity_seconds)b::float8[]
     ) WITH ORDINALITY AS i (
         message_id, transaction_id, producer_group, topic, tags, keys,
         message_group, body, properties, immunity_seconds, position
@@ -69,11 +73,11 @@ WHERE message_id = ANY(%(message_ids)s::text[]);
 WITH request AS (
     SELECT *
     FROM unnest(
-        %(transaction_ids)s::text[],
-        %(producer_groups)s::text[],
-        %(message_ids)s::text[],
-        %(to_states)s::text[],
-        %(sources)s::text[]
+        %(transaction_ids)b::text[],
+        %(producer_groups)b::text[],
+        %(message_ids)b::text[],
+        %(to_states)b::text[],
+        %(sources)b::text[]
     ) WITH ORDINALITY AS r (
         transaction_id, producer_group, message_id, to_state, source, position
     )
