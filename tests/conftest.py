@@ -27,6 +27,7 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.db import migrate
 from coordinator.http import create_app
+from coordinator.http.protocol import CoalescingHttpToolsProtocol
 
 _embedded: dict[str, object] = {}
 
@@ -108,7 +109,11 @@ class LiveServer:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(create_app(database_url, settings), log_level="warning")
+        config = uvicorn.Config(
+            create_app(database_url, settings),
+            log_level="warning",
+            http=CoalescingHttpToolsProtocol,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True

@@ -14,6 +14,7 @@ from pydantic import SecretStr
 from coordinator.cli.common import console, settings_from
 from coordinator.db.urls import redact
 from coordinator.http import create_app
+from coordinator.http.protocol import CoalescingHttpToolsProtocol
 from coordinator.runtime import ready_database
 
 
@@ -76,6 +77,7 @@ def serve(
         "port": settings.port,
         "log_level": "warning",
         "access_log": False,
+        "http": CoalescingHttpToolsProtocol,
     }
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
     # with the handler it found. The default handler would end the process
