@@ -78,6 +78,9 @@ def serve(
         "log_level": "warning",
         "access_log": False,
         "http": CoalescingHttpToolsProtocol,
+        # The coordinator never reads the client's address, which is all that
+        # uvicorn's proxy-header middleware would parse every request for.
+        "proxy_headers": False,
     }
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
     # with the handler it found. The default handler would end the process

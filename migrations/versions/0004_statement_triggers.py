@@ -89,15 +89,18 @@ BEGIN
     -- FIFO: commits of one message group take turns from here until they
     -- commit, so delivery ids within a message group follow commit order and
     -- a lower id can never become visible after a higher one was handed out.
-    -- Locks are taken in key order so that batches cannot deadlock.
-    PERFORM pg_advisory_xact_lock(keys.k)
-    FROM (
-        SELECT DISTINCT hashtextextended(m.topic || ' ' || m.message_group, 4004) AS k
-        FROM unnest(topics, message_groups) AS m (topic, message_group)
-        WHERE m.message_group IS NOT NULL
-          AND EXISTS (SELECT 1 FROM subscriptions s WHERE s.topic = m.topic AND s.fifo)
-        ORDER BY k
-    ) AS keys;
+    -- Locks are taken in key order so that batches cannot deadlock. (The IF
+    -- is a plain expression, no query: most commits have no message group.)
+    IF cardinality(array_remove(message_groups, NULL)) > 0 THEN
+        PERFORM pg_advisory_xact_lock(keys.k)
+        FROM (
+            SELECT DISTINCT hashtextextended(m.topic || ' ' || m.message_group, 4004) AS k
+            FROM unnest(topics, message_groups) AS m (topic, message_group)
+            WHERE m.message_group IS NOT NULL
+              AND EXISTS (SELECT 1 FROM subscriptions s WHERE s.topic = m.topic AND s.fifo)
+            ORDER BY k
+        ) AS keys;
+    END IF;
     -- ORDER BY m.id gives a batch's deliveries ids in offset order.
     WITH subscribed AS (
         SELECT s.consumer_group, s.topic, s.tags
@@ -117,7 +120,9 @@ BEGIN
     )
     SELECT array_agg(DISTINCT consumer_group) INTO notified FROM fanned;
     -- Delivered to waiting receivers only once this transaction commits.
-    PERFORM pg_notify('coordinator_deliveries', g) FROM unnest(notified) AS g;
+    IF notified IS NOT NULL THEN
+        PERFORM pg_notify('coordinator_deliveries', g) FROM unnest(notified) AS g;
+    END IF;
     RETURN NULL;
 END
 $$
