@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> dict:
         nargs="+",
         default=[16, 64, 96],
         help="producers / pgbench clients; the single-message run is repeated for each "
-        "(pgbench needs one connection per client: at most 97 on the embedded server)",
+        "(pgbench needs one connection per client; the embedded server allows 100)",
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run")
     parser.add_argument("--batch-size", type=int, default=200)
