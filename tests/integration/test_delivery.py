@@ -23,6 +23,11 @@ pytestmark = pytest.mark.anyio
 
 GROUP = "billing"
 OTHER_GROUP = "shipping"
+# An operator's hand-written commit: the trigger path, no coordinator involved.
+COMMIT_BY_HAND = (
+    "UPDATE messages SET state = 'committed', resolved_at = now(), "
+    "resolution_source = 'operator' WHERE id = %s"
+)
 
 
 async def commit(core: Coordinator, body: bytes = b"order", **fields: object) -> int:
@@ -121,11 +126,7 @@ async def test_any_update_to_committed_fans_out_in_the_same_transaction(
     """The trigger path: an operator's hand-written UPDATE delivers too."""
     sent = await subscribed.prepare(half(body=b"by hand"))
     with psycopg.connect(database_url) as conn:
-        conn.execute(
-            "UPDATE messages SET state = 'committed', resolved_at = now(), "
-            "resolution_source = 'operator' WHERE id = %s",
-            (sent.offset,),
-        )
+        conn.execute(COMMIT_BY_HAND, (sent.offset,))
         # inside the committing transaction the delivery already exists ...
         assert conn.execute("SELECT count(*) FROM deliveries").fetchone() == (1,)
         # ... and outside it does not, until it commits
@@ -524,11 +525,7 @@ async def test_unsubscribing_while_a_commit_fans_out_leaves_no_delivery_behind(
     subscription (as when deliveries had a foreign key to it)."""
     sent = await subscribed.prepare(half(body=b"racing"))
     with psycopg.connect(database_url) as committing:
-        committing.execute(
-            "UPDATE messages SET state = 'committed', resolved_at = now(), "
-            "resolution_source = 'operator' WHERE id = %s",
-            (sent.offset,),
-        )
+        committing.execute(COMMIT_BY_HAND, (sent.offset,))
         unsubscribe = asyncio.create_task(subscribed.delivery.unsubscribe(GROUP, TOPIC))
         await asyncio.sleep(0.3)
         assert not unsubscribe.done()  # blocked by the fan-out's lock
