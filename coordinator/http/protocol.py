@@ -15,6 +15,11 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# Joined writes are sent at once from this size on: a long response written
+# within one turn is not held in memory, and the real transport's flow
+# control (pause_writing) still sees it grow.
+FLUSH_BYTES = 64 * 1024
+
 
 class _CoalescingTransport:
     """A transport that sends what is written in one loop turn as one write."""
@@ -23,17 +28,22 @@ class _CoalescingTransport:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
+        self._pending_bytes = 0
 
     def write(self, data: bytes) -> None:
         if not self._pending:
             self._loop.call_soon(self._flush)
         self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= FLUSH_BYTES:
+            self._flush()
 
     def _flush(self) -> None:
         if not self._pending:
             return
         data = b"".join(self._pending)
         self._pending.clear()
+        self._pending_bytes = 0
         if not self._transport.is_closing():
             self._transport.write(data)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from coordinator.http.protocol import _CoalescingTransport
+from coordinator.http.protocol import FLUSH_BYTES, _CoalescingTransport
 
 
 class RecordingTransport(asyncio.Transport):
@@ -62,3 +62,19 @@ def test_close_sends_what_is_pending_first_and_the_rest_is_the_real_transport() 
 
     real = asyncio.run(scenario())
     assert real.writes == [b"last words"] and real.closed
+
+
+def test_a_long_response_is_sent_as_it_grows_not_held_until_the_turn_ends() -> None:
+    async def scenario() -> list[bytes]:
+        real = RecordingTransport()
+        transport = _CoalescingTransport(real, asyncio.get_running_loop())
+        chunk = b"x" * (FLUSH_BYTES // 2)
+        for _ in range(4):
+            transport.write(chunk)
+        sent_within_the_turn = list(real.writes)
+        transport.write(b"tail")
+        await _turn()
+        assert real.writes[len(sent_within_the_turn) :] == [b"tail"]
+        return sent_within_the_turn
+
+    assert asyncio.run(scenario()) == [b"x" * FLUSH_BYTES, b"x" * FLUSH_BYTES]
