@@ -723,19 +723,17 @@ SELECT now() - make_interval(secs => %(older_than_seconds)s::float8) AS cutoff,
 FROM messages;
 
 -- name: pipeline_archive_messages
--- Archivable: resolved before the cutoff, and nothing left to deliver (no
--- delivery row, no dead letter). Prepared messages are never archived.
+-- Archivable (the view archivable_messages: resolved, nothing left to
+-- deliver) and resolved before the run's cutoff. Every archive query below
+-- reads the same view with the same bounds, so they select the same messages.
 SELECT m.id, m.message_id, m.transaction_id, m.kind, m.producer_group, m.tags, m.keys,
        m.message_group, m.body, m.properties::text AS properties, m.state, m.check_count,
        extract(epoch FROM m.check_immunity)::float8 AS check_immunity_seconds,
        m.born_at, m.next_check_at, m.resolved_at, m.resolution_source,
        (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic
-FROM messages m
-WHERE m.state <> 'prepared'
-  AND m.resolved_at < %(cutoff)s::timestamptz
-  AND m.id <= %(max_id)s::bigint
-  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_offset = m.id)
-  AND NOT EXISTS (SELECT 1 FROM dead_letters l WHERE l.message_offset = m.id);
+FROM archivable_messages m
+WHERE m.resolved_at < %(cutoff)s::timestamptz
+  AND m.id <= %(max_id)s::bigint;
 
 -- name: pipeline_archive_history
 -- The history of exactly the messages pipeline_archive_messages selects,
@@ -743,12 +741,9 @@ WHERE m.state <> 'prepared'
 SELECT h.id, h.message_offset, h.at, h.source, h.from_state, h.to_state, h.detail,
        (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic
 FROM message_history h
-JOIN messages m ON m.id = h.message_offset
-WHERE m.state <> 'prepared'
-  AND m.resolved_at < %(cutoff)s::timestamptz
-  AND m.id <= %(max_id)s::bigint
-  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_offset = m.id)
-  AND NOT EXISTS (SELECT 1 FROM dead_letters l WHERE l.message_offset = m.id);
+JOIN archivable_messages m ON m.id = h.message_offset
+WHERE m.resolved_at < %(cutoff)s::timestamptz
+  AND m.id <= %(max_id)s::bigint;
 
 -- name: pipeline_archive_message_checksums
 -- Per date and topic: rows and the sum of a 60-bit row fingerprint (sha256
@@ -766,12 +761,9 @@ SELECT (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic, count(*) AS r
            coalesce(((extract(epoch FROM m.resolved_at) * 1000000)::bigint)::text, '\N'),
            coalesce(m.resolution_source, '\N')
        ), 'UTF8')), 'hex'), 1, 15))::bit(60)::bigint) AS checksum
-FROM messages m
-WHERE m.state <> 'prepared'
-  AND m.resolved_at < %(cutoff)s::timestamptz
+FROM archivable_messages m
+WHERE m.resolved_at < %(cutoff)s::timestamptz
   AND m.id <= %(max_id)s::bigint
-  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_offset = m.id)
-  AND NOT EXISTS (SELECT 1 FROM dead_letters l WHERE l.message_offset = m.id)
 GROUP BY 1, 2;
 
 -- name: pipeline_archive_history_checksums
@@ -782,18 +774,17 @@ SELECT (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic, count(*) AS r
            coalesce(h.from_state, '\N'), h.to_state, coalesce(h.detail, '\N')
        ), 'UTF8')), 'hex'), 1, 15))::bit(60)::bigint) AS checksum
 FROM message_history h
-JOIN messages m ON m.id = h.message_offset
-WHERE m.state <> 'prepared'
-  AND m.resolved_at < %(cutoff)s::timestamptz
+JOIN archivable_messages m ON m.id = h.message_offset
+WHERE m.resolved_at < %(cutoff)s::timestamptz
   AND m.id <= %(max_id)s::bigint
-  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_offset = m.id)
-  AND NOT EXISTS (SELECT 1 FROM dead_letters l WHERE l.message_offset = m.id)
 GROUP BY 1, 2;
 
 -- name: pipeline_archive_delete
 -- One batch of archived messages; their history goes with them (trigger
--- messages_deleted). The conditions are checked again: a message that is somehow
--- pending or has a delivery or dead letter now stays.
+-- messages_deleted). The conditions of archivable_messages are checked again,
+-- written out on the deleted row itself: an operator may have re-armed a
+-- message (prepared again) since the run read it, and only a condition on
+-- the target row is re-checked against its newest version before deleting.
 DELETE FROM messages m
 WHERE m.id = ANY(%(ids)s::bigint[])
   AND m.state <> 'prepared'

@@ -49,6 +49,7 @@ def test_downgrade_removes_everything_and_upgrade_restores_it(
         "pending_transactions",
         "message_counts",
         "message_timeline",
+        "archivable_messages",
         "alembic_version",
     }
     assert expected <= _tables(db)
