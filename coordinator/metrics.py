@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
 
-from coordinator.errors import CoordinatorError
-from coordinator.models import EndRequest, EndResult
-from coordinator.states import MessageState, Source
+from coordinator.domain.errors import CoordinatorError
+from coordinator.domain.messages import EndRequest, EndResult
+from coordinator.domain.states import MessageState, Source
 
 HALF_MESSAGES_OUTSTANDING = Gauge(
     "coordinator_half_messages_outstanding",

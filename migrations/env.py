@@ -21,7 +21,7 @@ def _database_url() -> str:
         return url
     # Run as plain `alembic ...`: resolve the database like `coordinator serve`.
     from coordinator.config import Settings
-    from coordinator.runtime import database_url_for
+    from coordinator.db.ready import database_url_for
 
     return database_url_for(Settings())
 

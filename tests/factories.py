@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.models import EndRequest, NewMessage
-from coordinator.states import Resolution
+from coordinator.domain.messages import EndRequest, NewMessage
+from coordinator.domain.states import Resolution
 
 GROUP = "order-producers"
 TOPIC = "orders"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from coordinator.signing import SIGNATURE_HEADER, verify
+from coordinator.core.checkback.signing import SIGNATURE_HEADER, verify
 
 # status code and JSON body (None: an empty body)
 Answer = tuple[int, dict[str, Any] | None]

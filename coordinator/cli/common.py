@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from coordinator.config import Settings
-from coordinator.errors import CoordinatorError, NotFound
+from coordinator.domain.errors import CoordinatorError, NotFound
 
 console = Console()
 err_console = Console(stderr=True)

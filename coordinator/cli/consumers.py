@@ -9,8 +9,8 @@ from rich.table import Table
 
 from coordinator.cli.common import console, fail, run_async, settings_from
 from coordinator.core import Coordinator
-from coordinator.delivery_models import ConsumerLag
-from coordinator.runtime import ready_database
+from coordinator.db.ready import ready_database
+from coordinator.domain.delivery import ConsumerLag
 
 dlq_app = typer.Typer(
     help="List and requeue dead letters (messages out of delivery attempts).",

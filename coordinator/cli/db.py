@@ -6,8 +6,8 @@ import typer
 
 from coordinator.cli.common import console, settings_from
 from coordinator.db import migrate
+from coordinator.db.ready import database_url_for
 from coordinator.db.urls import redact
-from coordinator.runtime import database_url_for
 
 app = typer.Typer(help="Apply or inspect the schema migrations.", no_args_is_help=True)
 

@@ -10,9 +10,9 @@ from rich.table import Table
 from coordinator.cli.common import console, run_async, settings_from
 from coordinator.cli.consumers import lag_table
 from coordinator.core import Coordinator
-from coordinator.errors import NotFound
-from coordinator.models import MessageRecord
-from coordinator.runtime import ready_database
+from coordinator.db.ready import ready_database
+from coordinator.domain.errors import NotFound
+from coordinator.domain.messages import MessageRecord
 
 tx_app = typer.Typer(help="Inspect one transaction or message.", no_args_is_help=True)
 

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 import typer
 from rich.table import Table
 
-from coordinator.checkback_models import OperatorResult
 from coordinator.cli.common import console, run_async, settings_from
 from coordinator.cli.inspect import _age, _find
 from coordinator.core import Coordinator
-from coordinator.runtime import ready_database
-from coordinator.states import Resolution
+from coordinator.db.ready import ready_database
+from coordinator.domain.checkback import OperatorResult
+from coordinator.domain.states import Resolution
 
 ID_ARGUMENT = typer.Argument(..., metavar="ID", help="Offset, transaction id or message id.")
 

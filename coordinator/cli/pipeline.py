@@ -31,11 +31,11 @@ from coordinator.cli.common import (
     make_settings,
     settings_from,
 )
+from coordinator.db.ready import ready_database
 from coordinator.db.urls import libpq_url, redact
 from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
 from coordinator.pipeline.durations import parse_duration, parse_moment
 from coordinator.pipeline.session import MASTER_ENV, parse_conf
-from coordinator.runtime import ready_database
 
 # pyspark (the optional 'pipeline' extra) is imported when a job runs, so the
 # rest of the CLI starts fast and works without it.

@@ -12,10 +12,10 @@ import uvicorn
 from pydantic import SecretStr
 
 from coordinator.cli.common import console, settings_from
+from coordinator.db.ready import ready_database
 from coordinator.db.urls import redact
 from coordinator.http import create_app
 from coordinator.http.protocol import CoalescingHttpToolsProtocol
-from coordinator.runtime import ready_database
 
 
 def serve(

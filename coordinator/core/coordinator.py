@@ -13,13 +13,22 @@ from coordinator import metrics
 from coordinator.config import Settings
 from coordinator.core import ending, inspection, producing
 from coordinator.core.checkback import CheckBack
-from coordinator.core.database import open_pool
+from coordinator.core.context import CoreContext
 from coordinator.core.delivery import Delivery
 from coordinator.core.group_commit import GroupCommitter, Item, Result, RunBatch
-from coordinator.core.notifier import CHANNELS, Notifier
-from coordinator.errors import CoordinatorError
-from coordinator.models import EndRequest, EndResult, MessageRecord, NewMessage, SendResult, Status
-from coordinator.states import Resolution
+from coordinator.db.notifier import CHANNELS, Notifier
+from coordinator.db.pool import open_pool
+from coordinator.db.queries import execute
+from coordinator.domain.errors import CoordinatorError
+from coordinator.domain.messages import (
+    EndRequest,
+    EndResult,
+    MessageRecord,
+    NewMessage,
+    SendResult,
+    Status,
+)
+from coordinator.domain.states import Resolution
 
 
 class Coordinator:
@@ -31,8 +40,10 @@ class Coordinator:
         # Long polls (check requests, receives) wait on the notifier; without
         # one (CLI commands) they fall back to polling.
         self.notifier = notifier
-        self.delivery = Delivery(self)  # subscriptions, receive, ack, dead letters
-        self.checkback = CheckBack(self)  # producers, check-back rounds, operator actions
+        context = CoreContext(pool, settings, notifier)
+        self.delivery = Delivery(context)  # subscriptions, receive, ack, dead letters
+        # producers, check-back rounds, operator actions
+        self.checkback = CheckBack(context, self.end)
         # Single prepares, sends and ends are group-committed (see group_commit.py).
         self._prepares = self._group_committer(self._inserter(transactional=True))
         self._sends = self._group_committer(self._inserter(transactional=False))
@@ -144,7 +155,7 @@ class Coordinator:
     async def database_ok(self) -> bool:
         try:
             async with self.pool.connection(timeout=2.0) as conn:
-                await conn.execute("SELECT 1")
+                await execute(conn, "ping")
         except Exception:  # any failure means "not healthy"; /health reports it
             return False
         return True

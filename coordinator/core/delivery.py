@@ -12,19 +12,18 @@ max_delivery_attempts is used up and it moves to the group's dead letters.
 from __future__ import annotations
 
 import asyncio
-import math
-import re
 import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator.core.database import fetch_all, fetch_one
-from coordinator.core.notifier import DELIVERIES_CHANNEL
-from coordinator.core.notifier import Subscription as Waiter
-from coordinator.delivery_models import (
+from coordinator.core.context import CoreContext
+from coordinator.db.notifier import DELIVERIES_CHANNEL
+from coordinator.db.notifier import Subscription as Waiter
+from coordinator.db.queries import fetch_all, fetch_one
+from coordinator.domain.delivery import (
     AckOutcome,
     AckResult,
     ConsumerLag,
@@ -34,54 +33,25 @@ from coordinator.delivery_models import (
     SubscribeResult,
     Subscription,
 )
-from coordinator.errors import InvalidMessage, NotFound, ReceiptHandleStale
-from coordinator.tag_expressions import SUBSCRIBE_ALL, parse_tag_expression
-from coordinator.validation import check_name, check_topic
-
-if TYPE_CHECKING:
-    from coordinator.core.coordinator import Coordinator
-
-DEFAULT_MAX_MESSAGES = 16
-MAX_MESSAGES_LIMIT = 1000
-DEFAULT_INVISIBLE_SECONDS = 30.0
-MAX_INVISIBLE_SECONDS = 12 * 3600.0  # RocketMQ's longest invisible duration
-MAX_WAIT_SECONDS = 60.0
-DEFAULT_MAX_DELIVERY_ATTEMPTS = 16  # RocketMQ's maxReconsumeTimes
-MAX_DELIVERY_ATTEMPTS_LIMIT = 1000
-MAX_ACK_BATCH = 1000
-DEAD_LETTERS_PAGE_LIMIT = 1000
-
-# "<delivery id>.<32 random hex digits>": the id finds the row by primary key,
-# the random part makes handles unguessable and different on every receive.
-_RECEIPT_HANDLE = re.compile(r"^([1-9][0-9]{0,18})\.[0-9a-f]{32}$")
-
-
-def check_consumer_group(consumer_group: str | None) -> str:
-    return check_name("consumer group", consumer_group)
-
-
-def _check_seconds(what: str, value: float, *, low: float, high: float, allow_zero: bool) -> float:
-    if not math.isfinite(value) or value < low or (value == low and not allow_zero):
-        bound = f"at least {low:g}" if allow_zero else f"more than {low:g}"
-        raise InvalidMessage(f"{what} must be {bound} seconds, got {value!r}")
-    if value > high:
-        raise InvalidMessage(f"{what} must be at most {high:g} seconds, got {value:g}")
-    return value
-
-
-def _check_count(what: str, value: int, high: int) -> int:
-    if not 1 <= value <= high:
-        raise InvalidMessage(f"{what} must be between 1 and {high}, got {value}")
-    return value
-
-
-def delivery_id_of(receipt_handle: str) -> int:
-    match = _RECEIPT_HANDLE.match(receipt_handle)
-    if match is None:
-        raise InvalidMessage(
-            f"receipt handle {receipt_handle[:80]!r} is not one this coordinator issues"
-        )
-    return int(match.group(1))
+from coordinator.domain.errors import InvalidMessage, NotFound, ReceiptHandleStale
+from coordinator.domain.rules import (
+    DEAD_LETTERS_PAGE_LIMIT,
+    DEFAULT_INVISIBLE_SECONDS,
+    DEFAULT_MAX_DELIVERY_ATTEMPTS,
+    DEFAULT_MAX_MESSAGES,
+    MAX_ACK_BATCH,
+    MAX_DELIVERY_ATTEMPTS_LIMIT,
+    MAX_INVISIBLE_SECONDS,
+    MAX_MESSAGES_LIMIT,
+    MAX_WAIT_SECONDS,
+    SUBSCRIBE_ALL,
+    check_consumer_group,
+    check_count,
+    check_seconds,
+    check_topic,
+    delivery_id_of,
+    parse_tag_expression,
+)
 
 
 class Delivery:
@@ -92,8 +62,8 @@ class Delivery:
     # any NOTIFY, and without a notifier (CLI) polling is all there is.
     poll_interval_seconds: float = 1.0
 
-    def __init__(self, core: Coordinator) -> None:
-        self._core = core
+    def __init__(self, context: CoreContext) -> None:
+        self._context = context
 
     # -- subscriptions -------------------------------------------------------
 
@@ -110,8 +80,8 @@ class Delivery:
         check_consumer_group(consumer_group)
         check_topic(topic)
         tags = parse_tag_expression(expression)
-        _check_count("max delivery attempts", max_delivery_attempts, MAX_DELIVERY_ATTEMPTS_LIMIT)
-        async with self._core.pool.connection() as conn:
+        check_count("max delivery attempts", max_delivery_attempts, MAX_DELIVERY_ATTEMPTS_LIMIT)
+        async with self._context.pool.connection() as conn:
             row = await fetch_one(
                 conn,
                 "upsert_subscription",
@@ -131,7 +101,7 @@ class Delivery:
         """Remove a subscription with its unacked deliveries; its dead letters stay."""
         check_consumer_group(consumer_group)
         check_topic(topic)
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             row = await fetch_one(
                 conn, "delete_subscription", {"consumer_group": consumer_group, "topic": topic}
             )
@@ -142,7 +112,7 @@ class Delivery:
     async def subscriptions(self, consumer_group: str | None = None) -> list[Subscription]:
         if consumer_group is not None:
             check_consumer_group(consumer_group)
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             rows = await fetch_all(conn, "list_subscriptions", {"consumer_group": consumer_group})
         return [_subscription(row) for row in rows]
 
@@ -165,16 +135,16 @@ class Delivery:
         check_consumer_group(consumer_group)
         if topic is not None:
             check_topic(topic)
-        _check_count("max messages", max_messages, MAX_MESSAGES_LIMIT)
-        _check_seconds(
+        check_count("max messages", max_messages, MAX_MESSAGES_LIMIT)
+        check_seconds(
             "invisible duration",
             invisible_seconds,
             low=0,
             high=MAX_INVISIBLE_SECONDS,
             allow_zero=False,
         )
-        _check_seconds("wait time", wait_seconds, low=0, high=MAX_WAIT_SECONDS, allow_zero=True)
-        async with self._core.pool.connection() as conn:
+        check_seconds("wait time", wait_seconds, low=0, high=MAX_WAIT_SECONDS, allow_zero=True)
+        async with self._context.pool.connection() as conn:
             row = await fetch_one(
                 conn, "count_subscriptions", {"consumer_group": consumer_group, "topic": topic}
             )
@@ -208,13 +178,13 @@ class Delivery:
                     await waiter.wait(pause)
 
     def _waiter(self, consumer_group: str) -> AbstractAsyncContextManager[Waiter | None]:
-        notifier = self._core.notifier
+        notifier = self._context.notifier
         if notifier is None:
             return nullcontext(None)
         return notifier.subscribe(DELIVERIES_CHANNEL, consumer_group)
 
     async def _claim(self, params: dict[str, Any]) -> tuple[list[ReceivedMessage], int]:
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             rows = await fetch_all(conn, "claim_deliveries", params)
         received = [_received(row) for row in rows if not row["dead_lettered"]]
         return received, len(rows) - len(received)
@@ -249,7 +219,7 @@ class Delivery:
                 f"at most {MAX_ACK_BATCH} receipt handles per ack, got {len(receipt_handles)}"
             )
         delivery_ids = [delivery_id_of(handle) for handle in receipt_handles]
-        async with self._core.pool.connection() as conn, conn.transaction():
+        async with self._context.pool.connection() as conn, conn.transaction():
             rows = await fetch_all(
                 conn,
                 "ack_deliveries",
@@ -268,14 +238,14 @@ class Delivery:
     ) -> InvisibleDurationChange:
         """Invisible for invisible_seconds from now, under a new receipt handle."""
         check_consumer_group(consumer_group)
-        _check_seconds(
+        check_seconds(
             "invisible duration",
             invisible_seconds,
             low=0,
             high=MAX_INVISIBLE_SECONDS,
             allow_zero=False,
         )
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             row = await fetch_one(
                 conn,
                 "change_invisible_duration",
@@ -317,8 +287,8 @@ class Delivery:
             check_consumer_group(consumer_group)
         if topic is not None:
             check_topic(topic)
-        _check_count("limit", limit, DEAD_LETTERS_PAGE_LIMIT)
-        async with self._core.pool.connection() as conn:
+        check_count("limit", limit, DEAD_LETTERS_PAGE_LIMIT)
+        async with self._context.pool.connection() as conn:
             rows = await fetch_all(
                 conn,
                 "list_dead_letters",
@@ -332,7 +302,7 @@ class Delivery:
         """Deliver one dead letter again, with a fresh attempt count."""
         if consumer_group is not None:
             check_consumer_group(consumer_group)
-        async with self._core.pool.connection() as conn, conn.transaction():
+        async with self._context.pool.connection() as conn, conn.transaction():
             requeued = await self._requeue(
                 conn, {"id": dead_letter_id, "consumer_group": consumer_group, "topic": None}
             )
@@ -352,7 +322,7 @@ class Delivery:
         check_consumer_group(consumer_group)
         if topic is not None:
             check_topic(topic)
-        async with self._core.pool.connection() as conn, conn.transaction():
+        async with self._context.pool.connection() as conn, conn.transaction():
             return await self._requeue(
                 conn, {"id": None, "consumer_group": consumer_group, "topic": topic}
             )
@@ -369,7 +339,7 @@ class Delivery:
         """Per group and topic: unacked deliveries, in flight, dead letters."""
         if consumer_group is not None:
             check_consumer_group(consumer_group)
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             rows = await fetch_all(conn, "consumer_lag", {"consumer_group": consumer_group})
         return [
             ConsumerLag(

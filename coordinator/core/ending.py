@@ -18,17 +18,17 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator.core.database import fetch_all, fetch_one
-from coordinator.errors import (
+from coordinator.db.queries import fetch_all, fetch_one
+from coordinator.domain.errors import (
     CoordinatorError,
     InvalidMessage,
     NotFound,
     ProducerGroupMismatch,
     StateConflict,
 )
-from coordinator.models import EndRequest, EndResult
-from coordinator.states import MessageState, Resolution, Source
-from coordinator.validation import check_message_id, check_name
+from coordinator.domain.messages import EndRequest, EndResult
+from coordinator.domain.rules import check_message_id, check_name
+from coordinator.domain.states import MessageState, Resolution, Source
 
 
 def validate_end(request: EndRequest) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from coordinator.errors import CoordinatorError
+from coordinator.domain.errors import CoordinatorError
 
 log = logging.getLogger(__name__)
 

@@ -6,17 +6,17 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator.core.database import fetch_all, fetch_one
-from coordinator.errors import InvalidMessage, NotFound
-from coordinator.models import (
+from coordinator.db.queries import fetch_all, fetch_one
+from coordinator.domain.errors import InvalidMessage, NotFound
+from coordinator.domain.messages import (
     HistoryEntry,
     MessageRecord,
     PendingTransaction,
     StateCount,
     Status,
 )
-from coordinator.states import MessageKind, MessageState, Source
-from coordinator.validation import check_message_id
+from coordinator.domain.rules import check_message_id
+from coordinator.domain.states import MessageKind, MessageState, Source
 
 
 async def get_message(

@@ -15,17 +15,17 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from coordinator.config import Settings
-from coordinator.core.database import fetch_all
 from coordinator.core.ids import new_message_id, new_transaction_id
-from coordinator.errors import (
+from coordinator.db.queries import fetch_all
+from coordinator.domain.errors import (
     CoordinatorError,
     InvalidMessage,
     MessageIdConflict,
     TransactionalMessagesRejected,
 )
-from coordinator.models import NewMessage, SendResult
-from coordinator.states import MessageKind, MessageState
-from coordinator.validation import check_new_message
+from coordinator.domain.messages import NewMessage, SendResult
+from coordinator.domain.rules import check_new_message
+from coordinator.domain.states import MessageKind, MessageState
 
 
 def validate_batch(

@@ -27,8 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-from coordinator.check_states import CheckStatus, DispatchMode
-from coordinator.states import MessageKind, MessageState, Source
+from coordinator.domain.states import CheckStatus, DispatchMode, MessageKind, MessageState, Source
 
 
 def _one_of(column: str, values: list[str], *, nullable: bool = False) -> str:

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from coordinator import __version__
 from coordinator.config import Settings
 from coordinator.core import Coordinator
-from coordinator.core.check_scheduler import running_check_scheduler
+from coordinator.core.checkback.scheduler import running_check_scheduler
 from coordinator.http.checkback import router as checkback_router
 from coordinator.http.consumers import router as consumers_router
 from coordinator.http.errors import install_error_handlers
@@ -26,7 +26,7 @@ def create_app(database_url: str, settings: Settings | None = None) -> HotRoutes
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with Coordinator.connect(database_url, settings, listen=True) as core:
             app.state.coordinator = core
-            async with running_check_scheduler(core):
+            async with running_check_scheduler(core.checkback.run_round, core.settings):
                 yield
 
     app = FastAPI(

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from coordinator.core import Coordinator
+from coordinator.domain.rules import MAX_POLL_REQUESTS, MAX_POLL_WAIT_SECONDS
 from coordinator.http.checkback_schemas import (
     CheckRequestOut,
     ChecksOut,
@@ -85,8 +86,8 @@ async def list_producers(
 async def poll_checks(
     producer_group: str = Path(),
     instance_id: str = Path(),
-    wait_seconds: float = Query(default=20.0, ge=0, le=60),
-    max_requests: int = Query(default=32, ge=1, le=1000),
+    wait_seconds: float = Query(default=20.0, ge=0, le=MAX_POLL_WAIT_SECONDS),
+    max_requests: int = Query(default=32, ge=1, le=MAX_POLL_REQUESTS),
     core: Coordinator = Depends(coordinator),
 ) -> ChecksOut:
     requests = await core.checkback.poll(

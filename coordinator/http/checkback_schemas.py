@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator.checkback_models import CheckRequest, Producer
+from coordinator.domain.checkback import CheckRequest, Producer
 from coordinator.http.message_schemas import MessageFieldsOut
 
 

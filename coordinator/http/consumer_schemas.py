@@ -11,18 +11,23 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator.core.delivery import (
-    DEFAULT_INVISIBLE_SECONDS,
-    DEFAULT_MAX_DELIVERY_ATTEMPTS,
-    DEFAULT_MAX_MESSAGES,
-)
-from coordinator.delivery_models import (
+from coordinator.domain.delivery import (
     AckResult,
     ConsumerLag,
     DeadLetter,
     InvisibleDurationChange,
     ReceivedMessage,
     Subscription,
+)
+from coordinator.domain.rules import (
+    DEFAULT_INVISIBLE_SECONDS,
+    DEFAULT_MAX_DELIVERY_ATTEMPTS,
+    DEFAULT_MAX_MESSAGES,
+    MAX_ACK_BATCH,
+    MAX_DELIVERY_ATTEMPTS_LIMIT,
+    MAX_INVISIBLE_SECONDS,
+    MAX_MESSAGES_LIMIT,
+    MAX_WAIT_SECONDS,
 )
 from coordinator.http.message_schemas import MessageFieldsOut
 
@@ -43,7 +48,10 @@ class SubscriptionIn(_Strict):
     )
     max_delivery_attempts: int = Field(
         default=DEFAULT_MAX_DELIVERY_ATTEMPTS,
-        description="Deliveries before a message moves to the dead letters (1 to 1000).",
+        description=(
+            "Deliveries before a message moves to the dead letters "
+            f"(1 to {MAX_DELIVERY_ATTEMPTS_LIMIT})."
+        ),
     )
 
 
@@ -78,15 +86,19 @@ class SubscriptionsOut(BaseModel):
 
 
 class ReceiveIn(_Strict):
-    max_messages: int = Field(default=DEFAULT_MAX_MESSAGES, description="1 to 1000.")
+    max_messages: int = Field(
+        default=DEFAULT_MAX_MESSAGES, description=f"1 to {MAX_MESSAGES_LIMIT}."
+    )
     invisible_seconds: float = Field(
         default=DEFAULT_INVISIBLE_SECONDS,
         description="How long the messages stay invisible to the rest of the group "
-        "(more than 0, at most 43200).",
+        f"(more than 0, at most {MAX_INVISIBLE_SECONDS:g}).",
     )
     wait_seconds: float = Field(
         default=0,
-        description="Long polling: wait up to this long for a first message (0 to 60).",
+        description=(
+            f"Long polling: wait up to this long for a first message (0 to {MAX_WAIT_SECONDS:g})."
+        ),
     )
     topic: str | None = Field(default=None, description="Only this subscribed topic.")
 
@@ -128,7 +140,7 @@ class AckOut(BaseModel):
 
 
 class AckBatchIn(_Strict):
-    receipt_handles: list[str] = Field(description="1 to 1000 receipt handles.")
+    receipt_handles: list[str] = Field(description=f"1 to {MAX_ACK_BATCH} receipt handles.")
 
 
 class AckBatchOut(BaseModel):

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 
 from coordinator.core import Coordinator
+from coordinator.domain.rules import DEAD_LETTERS_PAGE_LIMIT, OFFSET_MAX
 from coordinator.http.consumer_schemas import (
     AckBatchIn,
     AckBatchOut,
@@ -45,8 +46,9 @@ GROUP = "/v1/consumer-groups/{consumer_group}"
 
 router = APIRouter(tags=["consumers"], responses=ERRORS)
 
-_group = Path(max_length=256, description="The consumer group.")
-_topic = Path(max_length=256)
+# Names are checked by the core (domain.rules), which answers 400 with a sentence.
+_group = Path(description="The consumer group.")
+_topic = Path()
 
 
 @router.put(
@@ -159,8 +161,8 @@ async def change_invisible_duration(
 )
 async def dead_letters(
     consumer_group: str = _group,
-    topic: str | None = Query(default=None, max_length=256),
-    limit: int = Query(default=100, description="1 to 1000, oldest first."),
+    topic: str | None = Query(default=None),
+    limit: int = Query(default=100, description=f"1 to {DEAD_LETTERS_PAGE_LIMIT}, oldest first."),
     core: Coordinator = Depends(coordinator),
 ) -> DeadLettersOut:
     letters = await core.delivery.dead_letters(consumer_group, topic=topic, limit=limit)
@@ -190,7 +192,7 @@ async def requeue_all(
 )
 async def requeue_one(
     consumer_group: str = _group,
-    dead_letter_id: int = Path(ge=1, le=2**63 - 1),
+    dead_letter_id: int = Path(ge=1, le=OFFSET_MAX),
     core: Coordinator = Depends(coordinator),
 ) -> RequeueOut:
     await core.delivery.requeue_dead_letter(dead_letter_id, consumer_group)

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from coordinator import errors
+from coordinator.domain import errors
 
 STATUS_BY_ERROR: dict[type[errors.CoordinatorError], int] = {
     errors.InvalidMessage: 400,

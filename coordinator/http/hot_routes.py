@@ -32,11 +32,11 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from coordinator.core import Coordinator
-from coordinator.errors import CoordinatorError
+from coordinator.domain.errors import CoordinatorError
+from coordinator.domain.rules import ID_MAX_LENGTH
 from coordinator.http import routes
 from coordinator.http.errors import core_error_response, error_response, validation_error_response
 from coordinator.http.schemas import BatchIn, EndBatchIn, EndIn, MessageIn
-from coordinator.validation import ID_MAX_LENGTH
 
 Endpoint = Callable[..., Awaitable[Response]]
 

@@ -1,4 +1,4 @@
-"""The JSON fields every message body carries (coordinator.message_fields, as responses)."""
+"""The JSON fields every message body carries (coordinator.domain.messages, as responses)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from coordinator.core import Coordinator
+from coordinator.domain.messages import EndRequest
+from coordinator.domain.rules import ID_MAX_LENGTH, OFFSET_MAX
 from coordinator.http.consumer_schemas import ConsumerLagOut
 from coordinator.http.schemas import (
     BatchIn,
@@ -29,8 +31,6 @@ from coordinator.http.schemas import (
     end_result_json,
     send_result_json,
 )
-from coordinator.models import EndRequest
-from coordinator.validation import ID_MAX_LENGTH
 
 ERRORS = {
     400: {"model": ErrorOut, "description": "Invalid message or request"},
@@ -177,7 +177,7 @@ async def get_by_message_id(
 
 @router.get("/v1/offsets/{offset}", response_model=MessageOut, responses=ERRORS, tags=["lookup"])
 async def get_by_offset(
-    offset: int = Path(ge=1, le=2**63 - 1), core: Coordinator = Depends(coordinator)
+    offset: int = Path(ge=1, le=OFFSET_MAX), core: Coordinator = Depends(coordinator)
 ) -> MessageOut:
     return MessageOut.of(await core.get_message(offset=offset))
 

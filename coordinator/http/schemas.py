@@ -14,10 +14,8 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from coordinator.errors import CoordinatorError
-from coordinator.http.consumer_schemas import ConsumerLagOut
-from coordinator.http.message_schemas import MessageFieldsOut
-from coordinator.models import (
+from coordinator.domain.errors import CoordinatorError
+from coordinator.domain.messages import (
     EndRequest,
     EndResult,
     HistoryEntry,
@@ -25,8 +23,10 @@ from coordinator.models import (
     NewMessage,
     SendResult,
 )
-from coordinator.states import Resolution
-from coordinator.validation import ID_MAX_LENGTH
+from coordinator.domain.rules import ID_MAX_LENGTH
+from coordinator.domain.states import Resolution
+from coordinator.http.consumer_schemas import ConsumerLagOut
+from coordinator.http.message_schemas import MessageFieldsOut
 
 
 class _Strict(BaseModel):

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from coordinator.cli import app
 from coordinator.core import Coordinator
-from coordinator.models import SendResult
+from coordinator.domain.messages import SendResult
 from tests.factories import GROUP, half
 
 runner = CliRunner()

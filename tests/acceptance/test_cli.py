@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from coordinator.cli import app
 from coordinator.core import Coordinator
 from coordinator.db import migrate
-from coordinator.models import SendResult
-from coordinator.states import Resolution
+from coordinator.domain.messages import SendResult
+from coordinator.domain.states import Resolution
 from tests.factories import end, half
 
 runner = CliRunner()

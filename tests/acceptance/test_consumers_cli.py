@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from coordinator.cli import app
 from coordinator.core import Coordinator
-from coordinator.delivery_models import DeadLetter
+from coordinator.domain.delivery import DeadLetter
 from tests.factories import TOPIC, half
 
 runner = CliRunner()

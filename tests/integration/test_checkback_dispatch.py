@@ -9,11 +9,10 @@ from collections import Counter
 import psycopg
 import pytest
 
-from coordinator.check_states import CheckStatus
 from coordinator.config import Settings
 from coordinator.core import Coordinator
-from coordinator.errors import InvalidMessage
-from coordinator.states import Resolution
+from coordinator.domain.errors import InvalidMessage
+from coordinator.domain.states import CheckStatus, Resolution
 from tests.checkback_helpers import (
     INSTANCE,
     check_request,

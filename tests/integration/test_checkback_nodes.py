@@ -11,9 +11,9 @@ from contextlib import AsyncExitStack
 import psycopg
 import pytest
 
-from coordinator.check_states import CheckStatus
 from coordinator.config import Settings
 from coordinator.core import Coordinator
+from coordinator.domain.states import CheckStatus
 from tests.checkback_helpers import (
     INSTANCE,
     check_request,

@@ -8,10 +8,9 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from coordinator.check_states import CheckStatus
 from coordinator.config import Settings
 from coordinator.core import Coordinator
-from coordinator.states import Resolution
+from coordinator.domain.states import CheckStatus, Resolution
 from tests.checkback_helpers import (
     INSTANCE,
     check_request,

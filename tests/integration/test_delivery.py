@@ -13,10 +13,10 @@ import pytest
 
 from coordinator.config import Settings
 from coordinator.core import Coordinator
-from coordinator.delivery_models import AckOutcome, ReceivedMessage
-from coordinator.errors import InvalidMessage, NotFound, ReceiptHandleStale
-from coordinator.models import NewMessage
-from coordinator.states import Resolution
+from coordinator.domain.delivery import AckOutcome, ReceivedMessage
+from coordinator.domain.errors import InvalidMessage, NotFound, ReceiptHandleStale
+from coordinator.domain.messages import NewMessage
+from coordinator.domain.states import Resolution
 from tests.factories import TOPIC, end, half
 
 pytestmark = pytest.mark.anyio

@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 from coordinator.core import Coordinator
-from coordinator.errors import NotFound, ProducerGroupMismatch, StateConflict
-from coordinator.states import MessageState, Resolution
+from coordinator.domain.errors import NotFound, ProducerGroupMismatch, StateConflict
+from coordinator.domain.states import MessageState, Resolution
 from tests.factories import end, half
 
 pytestmark = pytest.mark.anyio

@@ -9,8 +9,8 @@ import pytest
 
 from coordinator.core import Coordinator
 from coordinator.core.group_commit import GroupCommitter
-from coordinator.errors import InvalidMessage, MessageIdConflict, StateConflict
-from coordinator.states import Resolution
+from coordinator.domain.errors import InvalidMessage, MessageIdConflict, StateConflict
+from coordinator.domain.states import Resolution
 from tests.factories import end, half
 
 pytestmark = pytest.mark.anyio

@@ -6,8 +6,8 @@ import psycopg
 import pytest
 
 from coordinator.core import Coordinator
-from coordinator.errors import InvalidMessage, NotFound
-from coordinator.states import MessageState, Resolution, Source
+from coordinator.domain.errors import InvalidMessage, NotFound
+from coordinator.domain.states import MessageState, Resolution, Source
 from tests.factories import GROUP, TOPIC, end, half
 
 pytestmark = pytest.mark.anyio

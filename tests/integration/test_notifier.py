@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from coordinator.core.notifier import DELIVERIES_CHANNEL, Notifier
+from coordinator.db.notifier import DELIVERIES_CHANNEL, Notifier
 
 pytestmark = pytest.mark.anyio
 

@@ -7,9 +7,9 @@ import pytest
 
 from coordinator.config import Settings
 from coordinator.core import Coordinator
-from coordinator.errors import NotFound, StateConflict
-from coordinator.models import SendResult
-from coordinator.states import MessageState, Resolution
+from coordinator.domain.errors import NotFound, StateConflict
+from coordinator.domain.messages import SendResult
+from coordinator.domain.states import MessageState, Resolution
 from tests.checkback_helpers import INSTANCE, check_settings, history, make_due, message
 from tests.factories import GROUP, end, half
 

@@ -11,7 +11,7 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.ending import end_validated
 from coordinator.core.producing import insert_validated
-from coordinator.states import Resolution
+from coordinator.domain.states import Resolution
 from tests.factories import TOPIC, end, half
 
 pytestmark = pytest.mark.anyio

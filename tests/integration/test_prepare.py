@@ -9,8 +9,12 @@ import pytest
 
 from coordinator.config import Settings
 from coordinator.core import Coordinator
-from coordinator.errors import InvalidMessage, MessageIdConflict, TransactionalMessagesRejected
-from coordinator.states import MessageState
+from coordinator.domain.errors import (
+    InvalidMessage,
+    MessageIdConflict,
+    TransactionalMessagesRejected,
+)
+from coordinator.domain.states import MessageState
 from tests.factories import GROUP, TOPIC, half
 
 pytestmark = pytest.mark.anyio

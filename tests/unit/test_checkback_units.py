@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from coordinator.checkback_models import CheckRequest
 from coordinator.config import Settings
-from coordinator.core.push import _answer, encode, headers_for
+from coordinator.core.checkback.push import _answer, encode, headers_for
+from coordinator.core.checkback.signing import SIGNATURE_HEADER, sign, verify
 from coordinator.db.queries import all_queries
-from coordinator.signing import SIGNATURE_HEADER, sign, verify
-from coordinator.states import Resolution
+from coordinator.domain.checkback import CheckRequest
+from coordinator.domain.states import Resolution
 
 
 def test_the_signature_is_hmac_sha256_of_the_raw_body() -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.core.delivery import delivery_id_of
-from coordinator.errors import InvalidMessage
-from coordinator.tag_expressions import parse_tag_expression
+from coordinator.domain.errors import InvalidMessage
+from coordinator.domain.rules import delivery_id_of, parse_tag_expression
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from coordinator.config import Settings
-from coordinator.errors import InvalidMessage
-from coordinator.models import NewMessage
-from coordinator.validation import check_name, check_new_message, check_topic
+from coordinator.domain.errors import InvalidMessage
+from coordinator.domain.messages import NewMessage
+from coordinator.domain.rules import check_name, check_new_message, check_topic
 
 SETTINGS = Settings()
 

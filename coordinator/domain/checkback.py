@@ -11,9 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from coordinator.check_states import DispatchMode
-from coordinator.message_fields import MessageFields
-from coordinator.states import MessageState
+from coordinator.domain.messages import MessageFields
+from coordinator.domain.states import DispatchMode, MessageState
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from coordinator.db.queries import query
+from coordinator.db.queries import execute
 
 
 async def _configure(conn: AsyncConnection[Any]) -> None:
@@ -18,7 +18,7 @@ async def _configure(conn: AsyncConnection[Any]) -> None:
     # small (a sequential scan) stays until the next ANALYZE, and a table that
     # grows fast from empty made a one-row commit take 40 ms instead of 2 ms
     # (bench/). Our statements are few per request and cheap to plan.
-    await conn.execute("SET plan_cache_mode = force_custom_plan")
+    await execute(conn, "configure_session")
 
 
 def open_pool(database_url: str, *, min_size: int, max_size: int) -> AsyncConnectionPool:
@@ -33,15 +33,3 @@ def open_pool(database_url: str, *, min_size: int, max_size: int) -> AsyncConnec
         open=False,
         name="coordinator",
     )
-
-
-async def fetch_all(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> list[DictRow]:
-    cursor = await conn.execute(query(name), params)
-    return await cursor.fetchall()
-
-
-async def fetch_one(
-    conn: AsyncConnection[Any], name: str, params: dict[str, Any]
-) -> DictRow | None:
-    cursor = await conn.execute(query(name), params)
-    return await cursor.fetchone()

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import httpx
 
 from coordinator import __version__
-from coordinator.checkback_models import CheckRequest
-from coordinator.signing import SIGNATURE_HEADER, sign
-from coordinator.states import Resolution
+from coordinator.core.checkback.signing import SIGNATURE_HEADER, sign
+from coordinator.domain.checkback import CheckRequest
+from coordinator.domain.states import Resolution
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,13 +19,16 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from coordinator import metrics
-from coordinator.check_states import CheckStatus, DispatchMode
-from coordinator.checkback_models import (
+from coordinator.core.checkback import operator, push, registry
+from coordinator.core.context import CoreContext, EndTransaction
+from coordinator.db.notifier import CHECKS_CHANNEL, Subscription
+from coordinator.db.queries import execute, fetch_all
+from coordinator.domain.checkback import (
     CheckRequest,
     ClaimAction,
     ClaimedCheck,
@@ -33,72 +36,64 @@ from coordinator.checkback_models import (
     Producer,
     RoundResult,
 )
-from coordinator.core import operator, push
-from coordinator.core import producers as registry
-from coordinator.core.database import fetch_all
-from coordinator.core.notifier import CHECKS_CHANNEL, Subscription
-from coordinator.db.queries import query
-from coordinator.errors import CoordinatorError, InvalidMessage
-from coordinator.models import EndRequest
-from coordinator.states import MessageState, Resolution, Source
-
-if TYPE_CHECKING:
-    from coordinator.core.coordinator import Coordinator
+from coordinator.domain.errors import CoordinatorError
+from coordinator.domain.messages import EndRequest
+from coordinator.domain.rules import check_poll
+from coordinator.domain.states import CheckStatus, DispatchMode, MessageState, Resolution, Source
 
 log = logging.getLogger(__name__)
 
 # A round drains a backlog batch by batch, but not forever: the scheduler
 # starts the next round soon anyway.
 MAX_BATCHES_PER_ROUND = 100
-MAX_POLL_WAIT_SECONDS = 60.0
-MAX_POLL_REQUESTS = 1000
 
 
 class CheckBack:
-    def __init__(self, core: Coordinator) -> None:
-        self._core = core
-        self._push_slots = asyncio.Semaphore(core.settings.max_inflight_dispatches)
+    def __init__(self, context: CoreContext, end: EndTransaction) -> None:
+        self._context = context
+        self._end = end  # applies answers that pushed check requests carry
+        self._push_slots = asyncio.Semaphore(context.settings.max_inflight_dispatches)
 
     # --- producer registry --------------------------------------------------
     async def heartbeat(
         self, producer_group: str, instance_id: str, check_url: str | None = None
     ) -> Producer:
         """Register an instance or record that it is alive (with its check URL, if push)."""
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             return await registry.heartbeat(
-                conn, self._core.settings, producer_group, instance_id, check_url
+                conn, self._context.settings, producer_group, instance_id, check_url
             )
 
     async def leave(self, producer_group: str, instance_id: str) -> bool:
         """Remove an instance at clean shutdown; False if it was not registered."""
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             return await registry.remove(conn, producer_group, instance_id)
 
     async def producers(self, producer_group: str | None = None) -> list[Producer]:
-        async with self._core.pool.connection() as conn:
-            return await registry.list_producers(conn, self._core.settings, producer_group)
+        async with self._context.pool.connection() as conn:
+            return await registry.list_producers(conn, self._context.settings, producer_group)
 
     # --- the round ------------------------------------------------------------
     async def run_round(self) -> RoundResult:
         """Claim every due half message (batch by batch) and dispatch its check."""
         started = time.perf_counter()
         result = RoundResult()
-        async with self._core.pool.connection() as conn:
-            await registry.forget_stale(conn, self._core.settings)
+        async with self._context.pool.connection() as conn:
+            await registry.forget_stale(conn, self._context.settings)
         for _ in range(MAX_BATCHES_PER_ROUND):
             claimed = await self.claim()
             result.add(claimed)
             await self.dispatch(claimed, result)
-            if len(claimed) < self._core.settings.check_batch_size:
+            if len(claimed) < self._context.settings.check_batch_size:
                 break
         metrics.CHECK_ROUND_SECONDS.observe(time.perf_counter() - started)
         return result
 
     async def claim(self) -> list[ClaimedCheck]:
         """Claim one batch of due messages; committed when this returns."""
-        settings = self._core.settings
+        settings = self._context.settings
         retention_seconds = settings.retention_hours * 3600.0
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             rows = await fetch_all(
                 conn,
                 "claim_due_checks",
@@ -128,7 +123,7 @@ class CheckBack:
         pushes = [c for c in claimed if c.via is DispatchMode.PUSH]
         if not pushes:
             return result
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             rows = await fetch_all(
                 conn,
                 "start_pushes",
@@ -138,9 +133,9 @@ class CheckBack:
                 },
             )
         still_open = {row["message_offset"] for row in rows}
-        secret = self._core.settings.check_push_secret
+        secret = self._context.settings.check_push_secret
         async with httpx.AsyncClient(
-            timeout=self._core.settings.check_push_timeout_seconds
+            timeout=self._context.settings.check_push_timeout_seconds
         ) as client:
             outcomes = await asyncio.gather(
                 *(
@@ -166,9 +161,10 @@ class CheckBack:
                 outcome = await push.push(client, claimed.check_url, claimed.request, secret)
             except Exception as error:  # a producer's endpoint must never break the round
                 outcome = push.PushOutcome(False, detail=f"{type(error).__name__}: {error}"[:500])
-        async with self._core.pool.connection() as conn:
-            await conn.execute(
-                query("finish_push"),
+        async with self._context.pool.connection() as conn:
+            await execute(
+                conn,
+                "finish_push",
                 {
                     "offset": claimed.offset,
                     "check_count": claimed.check_count,
@@ -195,7 +191,7 @@ class CheckBack:
     async def _end_from_push(self, claimed: ClaimedCheck, resolution: Resolution) -> None:
         assert claimed.request is not None
         try:
-            await self._core.end(
+            await self._end(
                 EndRequest(
                     transaction_id=claimed.transaction_id,
                     producer_group=claimed.producer_group,
@@ -238,12 +234,9 @@ class CheckBack:
 
         Polling also counts as being heard from (the instance stays live).
         """
-        if not 0 <= wait_seconds <= MAX_POLL_WAIT_SECONDS:
-            raise InvalidMessage(f"wait_seconds must be between 0 and {MAX_POLL_WAIT_SECONDS:g}")
-        if not 1 <= max_requests <= MAX_POLL_REQUESTS:
-            raise InvalidMessage(f"max_requests must be between 1 and {MAX_POLL_REQUESTS}")
-        settings = self._core.settings
-        async with self._core.pool.connection() as conn:
+        check_poll(wait_seconds, max_requests)
+        settings = self._context.settings
+        async with self._context.pool.connection() as conn:
             await registry.heartbeat(
                 conn, settings, producer_group, instance_id, None, keep_check_url=True
             )
@@ -263,7 +256,7 @@ class CheckBack:
 
     @contextlib.asynccontextmanager
     async def _wake_ups(self, producer_group: str) -> AsyncIterator[Subscription | None]:
-        notifier = self._core.notifier
+        notifier = self._context.notifier
         if notifier is None:  # no LISTEN connection (CLI, plain cores): poll
             yield None
             return
@@ -271,7 +264,7 @@ class CheckBack:
             yield subscription
 
     async def _take(self, producer_group: str, instance_id: str, limit: int) -> list[CheckRequest]:
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             rows = await fetch_all(
                 conn,
                 "take_check_requests",
@@ -284,12 +277,12 @@ class CheckBack:
     # --- operator -------------------------------------------------------------
     async def recheck(self, offset: int) -> OperatorResult:
         """Re-arm a discarded message: prepared, check count reset, checked back now."""
-        async with self._core.pool.connection() as conn:
-            return await operator.recheck(conn, self._core.settings, offset)
+        async with self._context.pool.connection() as conn:
+            return await operator.recheck(conn, self._context.settings, offset)
 
     async def resolve(self, offset: int, resolution: Resolution) -> OperatorResult:
         """Commit or roll back a prepared or discarded message by hand (source operator)."""
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             result = await operator.resolve(conn, offset, resolution)
         if result.changed:
             metrics.count_resolution(result.state, Source.OPERATOR)
@@ -298,12 +291,12 @@ class CheckBack:
     # --- metrics --------------------------------------------------------------
     async def refresh_gauges(self) -> None:
         """Read the gauges that reflect database state (at scrape time)."""
-        async with self._core.pool.connection() as conn:
+        async with self._context.pool.connection() as conn:
             outstanding = await fetch_all(conn, "outstanding_half_messages", {})
             instances = await fetch_all(
                 conn,
                 "producer_instance_counts",
-                {"producer_ttl_seconds": self._core.settings.producer_ttl_seconds},
+                {"producer_ttl_seconds": self._context.settings.producer_ttl_seconds},
             )
         metrics.set_outstanding(
             [(r["producer_group"], r["topic"], r["messages"]) for r in outstanding]

@@ -1,6 +1,6 @@
 """Plain data of delivery (subscriptions, received messages, dead letters, lag).
 
-Independent of any transport, like coordinator.models.
+Independent of any transport, like coordinator.domain.messages.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from coordinator.message_fields import MessageFields
+from coordinator.domain.messages import MessageFields
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,11 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator.checkback_models import OperatorResult
 from coordinator.config import Settings
-from coordinator.core.database import fetch_one
-from coordinator.errors import NotFound, StateConflict
-from coordinator.states import MessageState, Resolution
+from coordinator.db.queries import fetch_one
+from coordinator.domain.checkback import OperatorResult
+from coordinator.domain.errors import NotFound, StateConflict
+from coordinator.domain.states import MessageState, Resolution
 
 
 def _result(row: dict[str, Any]) -> OperatorResult:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-if TYPE_CHECKING:
-    from coordinator.core.coordinator import Coordinator
+from coordinator.config import Settings
+from coordinator.domain.checkback import RoundResult
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +24,11 @@ JOB_ID = "check-back-round"
 
 
 class CheckScheduler:
-    def __init__(self, core: Coordinator) -> None:
-        self._core = core
+    def __init__(
+        self, run_round: Callable[[], Awaitable[RoundResult]], interval_seconds: float
+    ) -> None:
+        self._run_round_once = run_round
+        self._interval_seconds = interval_seconds
         # Skipping a run while the previous round is still going is the point of
         # max_instances=1, not a problem: keep APScheduler from warning about it.
         quiet = log.getChild("apscheduler")
@@ -35,7 +37,7 @@ class CheckScheduler:
         self._running: asyncio.Task[object] | None = None
 
     def start(self) -> None:
-        interval = self._core.settings.check_scan_interval_seconds
+        interval = self._interval_seconds
         self._scheduler.add_job(
             self._run_round,
             "interval",
@@ -62,7 +64,7 @@ class CheckScheduler:
     async def _run_round(self) -> None:
         self._running = asyncio.current_task()
         try:
-            result = await self._core.checkback.run_round()
+            result = await self._run_round_once()
             if result.claimed:
                 log.info(
                     "check-back round: %d checked, %d waiting for a producer, %d discarded, "
@@ -83,12 +85,14 @@ class CheckScheduler:
 
 
 @contextlib.asynccontextmanager
-async def running_check_scheduler(core: Coordinator) -> AsyncIterator[CheckScheduler | None]:
+async def running_check_scheduler(
+    run_round: Callable[[], Awaitable[RoundResult]], settings: Settings
+) -> AsyncIterator[CheckScheduler | None]:
     """The check-back job for the lifetime of a served app (unless disabled)."""
-    if not core.settings.check_scheduler_enabled:
+    if not settings.check_scheduler_enabled:
         yield None
         return
-    scheduler = CheckScheduler(core)
+    scheduler = CheckScheduler(run_round, settings.check_scan_interval_seconds)
     scheduler.start()
     try:
         yield scheduler

@@ -1,0 +1,28 @@
+"""What the core's services share, and nothing more: pool, settings, notifier.
+
+Services (delivery, check-back) take a `CoreContext`, never the
+`Coordinator` that composes them, so each can be built and tested alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from psycopg_pool import AsyncConnectionPool
+
+from coordinator.config import Settings
+from coordinator.db.notifier import Notifier
+from coordinator.domain.messages import EndRequest, EndResult
+
+# How a service ends a transaction (the check-back applies pushed answers with it).
+EndTransaction = Callable[[EndRequest], Awaitable[EndResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class CoreContext:
+    pool: AsyncConnectionPool
+    settings: Settings
+    # Long polls (check requests, receives) wait on the notifier; without one
+    # (CLI commands) they fall back to polling.
+    notifier: Notifier | None = None

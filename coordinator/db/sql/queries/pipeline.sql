@@ -1,0 +1,147 @@
+-- Data pipeline: what the Spark jobs read, the archive's selection,
+-- checksums and deletes, and the report's figures as one SQL aggregate.
+-- The Spark side reads these through the coordinator_postgres data source,
+-- which splits them into id ranges: they take no ORDER BY.
+
+-- name: pipeline_report_messages
+-- The lifecycle report's input: one row per half message.
+SELECT id, producer_group, topic, state, check_count, born_at, resolved_at
+FROM messages
+WHERE kind = 'transactional';
+
+-- name: pipeline_consumer_lag
+SELECT consumer_group, topic, lag, in_flight, dead_letters, oldest_pending_at
+FROM consumer_lag;
+
+-- name: pipeline_relation_exists
+SELECT to_regclass(%(name)s::text) IS NOT NULL AS present;
+
+-- name: pipeline_now
+SELECT now() AS now;
+
+-- name: pipeline_archive_plan
+-- A run's frozen bounds: the cutoff and the newest offset it may consider.
+SELECT now() - make_interval(secs => %(older_than_seconds)s::float8) AS cutoff,
+       coalesce(max(id), 0) AS max_id
+FROM messages;
+
+-- name: pipeline_archive_messages
+-- Archivable (the view archivable_messages: resolved, nothing left to
+-- deliver) and resolved before the run's cutoff. Every archive query below
+-- reads the same view with the same bounds, so they select the same messages.
+SELECT m.id, m.message_id, m.transaction_id, m.kind, m.producer_group, m.tags, m.keys,
+       m.message_group, m.body, m.properties::text AS properties, m.state, m.check_count,
+       extract(epoch FROM m.check_immunity)::float8 AS check_immunity_seconds,
+       m.born_at, m.next_check_at, m.resolved_at, m.resolution_source,
+       (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic
+FROM archivable_messages m
+WHERE m.resolved_at < %(cutoff)s::timestamptz
+  AND m.id <= %(max_id)s::bigint;
+
+-- name: pipeline_archive_history
+-- The history of exactly the messages pipeline_archive_messages selects,
+-- placed in their message's date and topic partition.
+SELECT h.id, h.message_offset, h.at, h.source, h.from_state, h.to_state, h.detail,
+       (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic
+FROM message_history h
+JOIN archivable_messages m ON m.id = h.message_offset
+WHERE m.resolved_at < %(cutoff)s::timestamptz
+  AND m.id <= %(max_id)s::bigint;
+
+-- name: pipeline_archive_message_checksums
+-- Per date and topic: rows and the sum of a 60-bit row fingerprint (sha256
+-- of every column as text). coordinator/pipeline/checksums.py computes the
+-- same fingerprint over the Parquet copy; the two must agree exactly.
+SELECT (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic, count(*) AS rows,
+       sum(('x' || substr(encode(sha256(convert_to(concat_ws('|',
+           m.id::text, m.message_id, coalesce(m.transaction_id, '\N'), m.kind,
+           coalesce(m.producer_group, '\N'), m.topic, coalesce(m.tags, '\N'),
+           array_to_string(m.keys, ','), coalesce(m.message_group, '\N'),
+           encode(sha256(m.body), 'hex'), m.properties::text, m.state, m.check_count::text,
+           coalesce(((extract(epoch FROM m.check_immunity) * 1000000)::bigint)::text, '\N'),
+           ((extract(epoch FROM m.born_at) * 1000000)::bigint)::text,
+           coalesce(((extract(epoch FROM m.next_check_at) * 1000000)::bigint)::text, '\N'),
+           coalesce(((extract(epoch FROM m.resolved_at) * 1000000)::bigint)::text, '\N'),
+           coalesce(m.resolution_source, '\N')
+       ), 'UTF8')), 'hex'), 1, 15))::bit(60)::bigint) AS checksum
+FROM archivable_messages m
+WHERE m.resolved_at < %(cutoff)s::timestamptz
+  AND m.id <= %(max_id)s::bigint
+GROUP BY 1, 2;
+
+-- name: pipeline_archive_history_checksums
+SELECT (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic, count(*) AS rows,
+       sum(('x' || substr(encode(sha256(convert_to(concat_ws('|',
+           h.id::text, h.message_offset::text,
+           ((extract(epoch FROM h.at) * 1000000)::bigint)::text, h.source,
+           coalesce(h.from_state, '\N'), h.to_state, coalesce(h.detail, '\N')
+       ), 'UTF8')), 'hex'), 1, 15))::bit(60)::bigint) AS checksum
+FROM message_history h
+JOIN archivable_messages m ON m.id = h.message_offset
+WHERE m.resolved_at < %(cutoff)s::timestamptz
+  AND m.id <= %(max_id)s::bigint
+GROUP BY 1, 2;
+
+-- name: pipeline_archive_delete
+-- One batch of archived messages; their history goes with them (trigger
+-- messages_deleted). The conditions of archivable_messages are checked again,
+-- written out on the deleted row itself: an operator may have re-armed a
+-- message (prepared again) since the run read it, and only a condition on
+-- the target row is re-checked against its newest version before deleting.
+DELETE FROM messages m
+WHERE m.id = ANY(%(ids)s::bigint[])
+  AND m.state <> 'prepared'
+  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_offset = m.id)
+  AND NOT EXISTS (SELECT 1 FROM dead_letters l WHERE l.message_offset = m.id)
+RETURNING m.id;
+
+-- name: pipeline_archive_still_present
+SELECT id FROM messages WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: pipeline_archive_lock
+-- One archive run per database at a time (session-level advisory lock).
+SELECT pg_try_advisory_lock(hashtextextended('coordinator pipeline archive', 7)) AS locked;
+
+-- name: pipeline_archive_unlock
+SELECT pg_advisory_unlock(hashtextextended('coordinator pipeline archive', 7)) AS unlocked;
+
+-- name: pipeline_audit_messages
+SELECT id, message_id, transaction_id, producer_group, topic, state, properties::text AS properties,
+       born_at, resolved_at
+FROM messages
+WHERE kind = 'transactional';
+
+-- name: pipeline_report_reference
+-- The report's figures per producer group, topic and hour as one SQL
+-- aggregate: the benchmark's yardstick and the tests' reference.
+SELECT producer_group, topic, date_trunc('hour', born_at AT TIME ZONE 'UTC') AS hour,
+       count(*) AS messages,
+       count(*) FILTER (WHERE state = 'prepared') AS prepared,
+       count(*) FILTER (WHERE state = 'committed') AS committed,
+       count(*) FILTER (WHERE state = 'rolled_back') AS rolled_back,
+       count(*) FILTER (WHERE state = 'discarded') AS discarded,
+       count(*) FILTER (WHERE state = 'expired') AS expired,
+       percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (
+           ORDER BY extract(epoch FROM resolved_at - born_at)::float8
+       ) FILTER (WHERE state IN ('committed', 'rolled_back')) AS latency_s,
+       count(*) FILTER (WHERE check_count > 0) AS checked,
+       avg(check_count)::float8 AS check_count_mean,
+       max(check_count) AS check_count_max,
+       (count(*) FILTER (WHERE state = 'discarded'))::float8 / count(*) AS discard_rate,
+       (count(*) FILTER (WHERE state = 'expired'))::float8 / count(*) AS expiry_rate,
+       percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY extract(epoch FROM %(as_of)s::timestamptz - born_at)::float8
+       ) FILTER (WHERE state = 'prepared') AS pending_age_p50_s,
+       max(extract(epoch FROM %(as_of)s::timestamptz - born_at)::float8)
+           FILTER (WHERE state = 'prepared') AS pending_age_max_s
+FROM messages
+WHERE kind = 'transactional'
+GROUP BY 1, 2, 3;
+
+-- name: pipeline_report_reference_checks
+-- The report's check-back count distribution as SQL.
+SELECT producer_group, topic, date_trunc('hour', born_at AT TIME ZONE 'UTC') AS hour,
+       check_count, count(*) AS messages
+FROM messages
+WHERE kind = 'transactional'
+GROUP BY 1, 2, 3, 4;

@@ -1,0 +1,296 @@
+"""Input rules, checked in the core so every interface enforces the same ones.
+
+Every bound a request is held to lives here once: names, ids, tags and tag
+expressions, bodies and properties, receive and long-poll bounds, receipt
+handles, producer instances and check URLs. HTTP models and the CLI read
+their limits from these constants instead of repeating them.
+
+Names follow RocketMQ's Validators (letters, digits, %, |, _ and -, at most
+127 characters). Strings must not hold NUL, which PostgreSQL text refuses:
+catching it here turns a would-be server error into a clear 4xx.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Protocol
+
+import httpx
+
+from coordinator.domain.errors import InvalidMessage
+from coordinator.domain.messages import NewMessage
+
+
+class MessageLimits(Protocol):
+    """The configurable bounds of a message; the coordinator's settings have them."""
+
+    @property
+    def max_body_bytes(self) -> int: ...
+
+    @property
+    def max_properties_bytes(self) -> int: ...
+
+    @property
+    def max_check_immunity_seconds(self) -> float: ...
+
+
+NAME_MAX_LENGTH = 127
+_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+ID_MAX_LENGTH = 128  # message and transaction ids
+OFFSET_MAX = 2**63 - 1  # offsets and other ids are Postgres bigints
+_MESSAGE_ID = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{ID_MAX_LENGTH}}}$")
+# RocketMQ keeps these topics for itself; a producer writing to them would be
+# mistaken for broker-internal traffic by any RocketMQ tooling reading ours.
+_RESERVED_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_")
+_RESERVED_TOPICS = frozenset({"TRANS_CHECK_MAX_TIME_TOPIC", "TBW102", "SCHEDULE_TOPIC_XXXX"})
+TAG_MAX_LENGTH = 255
+KEY_MAX_LENGTH = 255
+MAX_KEYS = 64
+
+
+def check_name(kind: str, value: str | None) -> str:
+    if value is None or value == "":
+        raise InvalidMessage(f"{kind} is required")
+    if len(value) > NAME_MAX_LENGTH:
+        raise InvalidMessage(
+            f"{kind} {value[:40]!r}... is {len(value)} characters long; "
+            f"at most {NAME_MAX_LENGTH} are allowed"
+        )
+    if not _NAME.match(value):
+        raise InvalidMessage(
+            f"{kind} {value!r} has characters that are not allowed; "
+            "use letters, digits, '%', '|', '_' and '-'"
+        )
+    return value
+
+
+def check_topic(topic: str | None) -> str:
+    topic = check_name("topic", topic)
+    if topic in _RESERVED_TOPICS or topic.startswith(_RESERVED_TOPIC_PREFIXES):
+        raise InvalidMessage(f"topic {topic!r} is reserved for the system")
+    return topic
+
+
+def check_message_id(message_id: str, what: str = "message id") -> str:
+    if not _MESSAGE_ID.match(message_id):
+        raise InvalidMessage(
+            f"{what} {message_id[:40]!r} is not valid; use 1 to {ID_MAX_LENGTH} letters, digits, "
+            "'_', '.', ':' or '-'"
+        )
+    return message_id
+
+
+def _check_text(what: str, value: str, max_length: int) -> None:
+    if "\x00" in value:
+        raise InvalidMessage(f"{what} must not contain NUL characters")
+    if len(value) > max_length:
+        raise InvalidMessage(f"{what} is longer than {max_length} characters")
+
+
+def check_tags(tags: str | None) -> str | None:
+    if tags is None:
+        return None
+    if not tags.strip():
+        raise InvalidMessage("tags must not be blank; leave them out instead")
+    if "|" in tags:
+        # '||' separates tags in subscription expressions, so it cannot be in a tag.
+        raise InvalidMessage(f"tags {tags!r} must not contain '|'")
+    _check_text("tags", tags, TAG_MAX_LENGTH)
+    return tags
+
+
+def check_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
+    if len(keys) > MAX_KEYS:
+        raise InvalidMessage(f"a message has at most {MAX_KEYS} keys, got {len(keys)}")
+    for key in keys:
+        if not key or any(ch.isspace() for ch in key):
+            # RocketMQ joins keys with spaces, so a key with one would split in two.
+            raise InvalidMessage(f"key {key!r} must be non-empty and contain no whitespace")
+        _check_text("a key", key, KEY_MAX_LENGTH)
+    return keys
+
+
+def check_properties(properties: dict[str, str], settings: MessageLimits) -> dict[str, str]:
+    size = 0
+    for name, value in properties.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidMessage("properties must map strings to strings")
+        if not name:
+            raise InvalidMessage("a property name must not be empty")
+        if "\x00" in name or "\x00" in value:
+            raise InvalidMessage(f"property {name!r} must not contain NUL characters")
+        size += len(name.encode()) + len(value.encode())
+    if size > settings.max_properties_bytes:
+        raise InvalidMessage(
+            f"properties take {size} bytes; at most {settings.max_properties_bytes} are allowed"
+        )
+    return properties
+
+
+def check_body(body: bytes, settings: MessageLimits) -> bytes:
+    if len(body) == 0:
+        raise InvalidMessage("the message body is empty")
+    if len(body) > settings.max_body_bytes:
+        raise InvalidMessage(
+            f"the message body has {len(body)} bytes; at most {settings.max_body_bytes} are allowed"
+        )
+    return body
+
+
+def check_immunity(seconds: float | None, settings: MessageLimits) -> float | None:
+    if seconds is None:
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidMessage("check immunity must be a positive number of seconds")
+    if seconds > settings.max_check_immunity_seconds:
+        raise InvalidMessage(
+            f"check immunity of {seconds:g} s is longer than retention "
+            f"({settings.max_check_immunity_seconds:g} s)"
+        )
+    return seconds
+
+
+def check_new_message(message: NewMessage, settings: MessageLimits, *, transactional: bool) -> None:
+    check_topic(message.topic)
+    if transactional or message.producer_group is not None:
+        check_name("producer group", message.producer_group)
+    check_tags(message.tags)
+    check_keys(message.keys)
+    check_properties(message.properties, settings)
+    check_body(message.body, settings)
+    if message.message_id is not None:
+        check_message_id(message.message_id)
+    if message.message_group is not None:
+        if not message.message_group:
+            raise InvalidMessage("message group must not be empty")
+        _check_text("message group", message.message_group, NAME_MAX_LENGTH)
+    if transactional:
+        check_immunity(message.check_immunity_seconds, settings)
+    elif message.check_immunity_seconds is not None:
+        raise InvalidMessage("check immunity applies to transactional messages only")
+
+
+# --- Tag expressions ---------------------------------------------------------
+# RocketMQ tag filter expressions: `*`, `TagA`, `TagA || TagB`.
+#
+# A subscription stores the expression as given and the parsed tags (None for
+# `*`, which matches every message, with or without a tag). A message with no
+# tag matches only `*`, as in RocketMQ.
+
+SUBSCRIBE_ALL = "*"
+EXPRESSION_MAX_LENGTH = 4096
+
+
+def parse_tag_expression(expression: str | None) -> tuple[str, ...] | None:
+    """The tags an expression selects, or None when it selects every message."""
+    if expression is None or expression.strip() in ("", SUBSCRIBE_ALL):
+        return None
+    if len(expression) > EXPRESSION_MAX_LENGTH:
+        raise InvalidMessage(
+            f"the tag expression is longer than {EXPRESSION_MAX_LENGTH} characters"
+        )
+    tags: list[str] = []
+    for part in expression.split("||"):
+        tag = part.strip()
+        if not tag:
+            raise InvalidMessage(
+                f"tag expression {expression!r} has an empty tag; "
+                "write '*' or tags separated by '||', e.g. 'TagA || TagB'"
+            )
+        if tag == SUBSCRIBE_ALL:
+            raise InvalidMessage(
+                f"tag expression {expression!r}: '*' selects every tag and cannot be combined"
+            )
+        try:
+            check_tags(tag)
+        except InvalidMessage as error:
+            raise InvalidMessage(f"tag expression {expression!r}: {error.message}") from None
+        if tag not in tags:
+            tags.append(tag)
+    return tuple(tags)
+
+
+# --- Delivery: receive, ack, invisible durations, dead letters ----------------
+DEFAULT_MAX_MESSAGES = 16
+MAX_MESSAGES_LIMIT = 1000
+DEFAULT_INVISIBLE_SECONDS = 30.0
+MAX_INVISIBLE_SECONDS = 12 * 3600.0  # RocketMQ's longest invisible duration
+MAX_WAIT_SECONDS = 60.0
+DEFAULT_MAX_DELIVERY_ATTEMPTS = 16  # RocketMQ's maxReconsumeTimes
+MAX_DELIVERY_ATTEMPTS_LIMIT = 1000
+MAX_ACK_BATCH = 1000
+DEAD_LETTERS_PAGE_LIMIT = 1000
+
+# "<delivery id>.<32 random hex digits>": the id finds the row by primary key,
+# the random part makes handles unguessable and different on every receive.
+_RECEIPT_HANDLE = re.compile(r"^([1-9][0-9]{0,18})\.[0-9a-f]{32}$")
+
+
+def check_consumer_group(consumer_group: str | None) -> str:
+    return check_name("consumer group", consumer_group)
+
+
+def check_seconds(what: str, value: float, *, low: float, high: float, allow_zero: bool) -> float:
+    if not math.isfinite(value) or value < low or (value == low and not allow_zero):
+        bound = f"at least {low:g}" if allow_zero else f"more than {low:g}"
+        raise InvalidMessage(f"{what} must be {bound} seconds, got {value!r}")
+    if value > high:
+        raise InvalidMessage(f"{what} must be at most {high:g} seconds, got {value:g}")
+    return value
+
+
+def check_count(what: str, value: int, high: int) -> int:
+    if not 1 <= value <= high:
+        raise InvalidMessage(f"{what} must be between 1 and {high}, got {value}")
+    return value
+
+
+def delivery_id_of(receipt_handle: str) -> int:
+    match = _RECEIPT_HANDLE.match(receipt_handle)
+    if match is None:
+        raise InvalidMessage(
+            f"receipt handle {receipt_handle[:80]!r} is not one this coordinator issues"
+        )
+    return int(match.group(1))
+
+
+# --- Producer instances ----------------------------------------------------------
+# RocketMQ instance names look like `192.168.0.7@12345`; allow that and ids.
+_INSTANCE_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+CHECK_URL_MAX_LENGTH = 2048
+
+
+def check_instance(producer_group: str, instance_id: str) -> None:
+    check_name("producer group", producer_group)
+    if not _INSTANCE_ID.match(instance_id):
+        raise InvalidMessage(
+            f"instance id {instance_id[:40]!r} is not valid; use 1 to 128 letters, digits, "
+            "'_', '.', ':', '@' or '-'"
+        )
+
+
+def check_url(url: str | None) -> str | None:
+    if url is None:
+        return None
+    if len(url) > CHECK_URL_MAX_LENGTH:
+        raise InvalidMessage(f"check URL is longer than {CHECK_URL_MAX_LENGTH} characters")
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise InvalidMessage(f"check URL {url[:80]!r} is not a URL") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidMessage(f"check URL {url[:80]!r} must be an absolute http or https URL")
+    return url
+
+
+# --- Check-back long polls ------------------------------------------------------
+MAX_POLL_WAIT_SECONDS = 60.0
+MAX_POLL_REQUESTS = 1000
+
+
+def check_poll(wait_seconds: float, max_requests: int) -> None:
+    if not 0 <= wait_seconds <= MAX_POLL_WAIT_SECONDS:
+        raise InvalidMessage(f"wait_seconds must be between 0 and {MAX_POLL_WAIT_SECONDS:g}")
+    if not 1 <= max_requests <= MAX_POLL_REQUESTS:
+        raise InvalidMessage(f"max_requests must be between 1 and {MAX_POLL_REQUESTS}")
