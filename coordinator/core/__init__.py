@@ -1,4 +1,4 @@
-"""The transport-free core. HTTP, gRPC, the CLI and the SDK all call Coordinator."""
+"""The transport-free core. HTTP and the CLI call Coordinator; the SDK reaches it over HTTP."""
 
 from coordinator.core.coordinator import Coordinator
 

@@ -1,4 +1,4 @@
-"""The Coordinator: the one object every interface (HTTP, gRPC, CLI, SDK) calls."""
+"""The Coordinator: the one object every interface (HTTP, CLI) calls, composing the services."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Delivery of committed messages to consumer groups (RocketMQ 5 SimpleConsumer).
 
 Committed messages become deliveries in the transaction that commits them
-(a trigger on messages, migrations 0003 and 0004). A receive claims a group's oldest
+(the statement trigger messages_changed on messages). A receive claims a group's oldest
 available deliveries with FOR UPDATE SKIP LOCKED, makes them invisible to the
 rest of the group for an invisible duration, counts the attempt and issues a
 fresh receipt handle. An ack deletes the delivery; one not acked in time is
@@ -34,6 +34,7 @@ from coordinator.domain.delivery import (
     Subscription,
 )
 from coordinator.domain.errors import InvalidMessage, NotFound, ReceiptHandleStale
+from coordinator.domain.records import record_from_row
 from coordinator.domain.rules import (
     DEAD_LETTERS_PAGE_LIMIT,
     DEFAULT_INVISIBLE_SECONDS,
@@ -41,12 +42,12 @@ from coordinator.domain.rules import (
     DEFAULT_MAX_MESSAGES,
     MAX_ACK_BATCH,
     MAX_DELIVERY_ATTEMPTS_LIMIT,
-    MAX_INVISIBLE_SECONDS,
     MAX_MESSAGES_LIMIT,
     MAX_WAIT_SECONDS,
     SUBSCRIBE_ALL,
     check_consumer_group,
     check_count,
+    check_invisible_seconds,
     check_seconds,
     check_topic,
     delivery_id_of,
@@ -136,13 +137,7 @@ class Delivery:
         if topic is not None:
             check_topic(topic)
         check_count("max messages", max_messages, MAX_MESSAGES_LIMIT)
-        check_seconds(
-            "invisible duration",
-            invisible_seconds,
-            low=0,
-            high=MAX_INVISIBLE_SECONDS,
-            allow_zero=False,
-        )
+        check_invisible_seconds(invisible_seconds)
         check_seconds("wait time", wait_seconds, low=0, high=MAX_WAIT_SECONDS, allow_zero=True)
         async with self._context.pool.connection() as conn:
             row = await fetch_one(
@@ -238,13 +233,7 @@ class Delivery:
     ) -> InvisibleDurationChange:
         """Invisible for invisible_seconds from now, under a new receipt handle."""
         check_consumer_group(consumer_group)
-        check_seconds(
-            "invisible duration",
-            invisible_seconds,
-            low=0,
-            high=MAX_INVISIBLE_SECONDS,
-            allow_zero=False,
-        )
+        check_invisible_seconds(invisible_seconds)
         async with self._context.pool.connection() as conn:
             row = await fetch_one(
                 conn,
@@ -341,17 +330,7 @@ class Delivery:
             check_consumer_group(consumer_group)
         async with self._context.pool.connection() as conn:
             rows = await fetch_all(conn, "consumer_lag", {"consumer_group": consumer_group})
-        return [
-            ConsumerLag(
-                consumer_group=row["consumer_group"],
-                topic=row["topic"],
-                lag=row["lag"],
-                in_flight=row["in_flight"],
-                dead_letters=row["dead_letters"],
-                oldest_pending_at=row["oldest_pending_at"],
-            )
-            for row in rows
-        ]
+        return [record_from_row(ConsumerLag, row) for row in rows]
 
 
 async def _notify(conn: AsyncConnection[Any], consumer_group: str) -> None:
@@ -360,34 +339,15 @@ async def _notify(conn: AsyncConnection[Any], consumer_group: str) -> None:
 
 
 def _subscription(row: dict[str, Any]) -> Subscription:
-    return Subscription(
-        consumer_group=row["consumer_group"],
-        topic=row["topic"],
-        expression=row["expression"],
-        tags=tuple(row["tags"]) if row["tags"] is not None else None,
-        fifo=row["fifo"],
-        max_delivery_attempts=row["max_delivery_attempts"],
-        created_at=row["created_at"],
-    )
+    tags = row["tags"]
+    return record_from_row(Subscription, row, tags=tuple(tags) if tags is not None else None)
 
 
 def _received(row: dict[str, Any]) -> ReceivedMessage:
     return ReceivedMessage.from_row(
-        row,
-        receipt_handle=row["receipt_handle"],
-        delivery_attempt=row["attempts"],
-        invisible_until=row["visible_at"],
-        consumer_group=row["consumer_group"],
-        committed_at=row["committed_at"],
+        row, delivery_attempt=row["attempts"], invisible_until=row["visible_at"]
     )
 
 
 def _dead_letter(row: dict[str, Any]) -> DeadLetter:
-    return DeadLetter.from_row(
-        row,
-        id=row["id"],
-        consumer_group=row["consumer_group"],
-        attempts=row["attempts"],
-        committed_at=row["committed_at"],
-        dead_at=row["dead_at"],
-    )
+    return DeadLetter.from_row(row)

@@ -15,6 +15,7 @@ from coordinator.domain.messages import (
     StateCount,
     Status,
 )
+from coordinator.domain.records import record_from_row
 from coordinator.domain.rules import check_message_id
 from coordinator.domain.states import MessageKind, MessageState, Source
 
@@ -58,10 +59,6 @@ def _record(row: dict[str, Any], history: list[dict[str, Any]]) -> MessageRecord
         offset_column="id",
         kind=MessageKind(row["kind"]),
         state=MessageState(row["state"]),
-        check_count=row["check_count"],
-        check_immunity=row["check_immunity"],
-        next_check_at=row["next_check_at"],
-        resolved_at=row["resolved_at"],
         resolution_source=Source(source) if source else None,
         history=tuple(
             HistoryEntry(
@@ -81,26 +78,11 @@ async def get_status(conn: AsyncConnection[Any]) -> Status:
     oldest = await fetch_one(conn, "oldest_pending", {})
     return Status(
         counts=tuple(
-            StateCount(
-                producer_group=c["producer_group"],
-                topic=c["topic"],
-                state=MessageState(c["state"]),
-                count=c["messages"],
-                oldest_born_at=c["oldest_born_at"],
-            )
+            record_from_row(StateCount, c, state=MessageState(c["state"]), count=c["messages"])
             for c in counts
         ),
         oldest_pending=(
-            PendingTransaction(
-                offset=oldest["message_offset"],
-                message_id=oldest["message_id"],
-                transaction_id=oldest["transaction_id"],
-                producer_group=oldest["producer_group"],
-                topic=oldest["topic"],
-                age=oldest["age"],
-                check_count=oldest["check_count"],
-                next_check_at=oldest["next_check_at"],
-            )
+            record_from_row(PendingTransaction, oldest, offset=oldest["message_offset"])
             if oldest
             else None
         ),

@@ -15,6 +15,8 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from coordinator.db.queries import execute_sync, query
+
 log = logging.getLogger(__name__)
 
 DATABASE_NAME = "coordinator"
@@ -43,9 +45,9 @@ def start_embedded(data_dir: Path, database: str = DATABASE_NAME) -> str:
         _servers[pgdata] = server
     admin_url = server.get_uri("postgres")
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
-        ).fetchone()
+        exists = execute_sync(conn, "database_exists", {"name": database}).fetchone()
         if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+            # A database name is an identifier, which no query parameter can carry.
+            create = sql.SQL(query("create_database")).format(name=sql.Identifier(database))
+            conn.execute(create)
     return server.get_uri(database)

@@ -13,13 +13,8 @@ from coordinator.db.urls import sqlalchemy_url
 
 
 def migrations_dir() -> Path:
-    # In a source checkout (and an editable install) the Alembic environment is
-    # the repository's migrations/; an installed wheel carries the same files
-    # as the package coordinator._migrations.
-    checkout = Path(__file__).resolve().parents[2] / "migrations"
-    if (checkout / "env.py").exists():
-        return checkout
-    return Path(__file__).resolve().parents[1] / "_migrations"
+    """The Alembic environment: the package coordinator.db.migrations."""
+    return Path(__file__).resolve().with_name("migrations")
 
 
 def alembic_config(database_url: str) -> Config:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Self
 
+from coordinator.domain.records import record_from_row
 from coordinator.domain.states import MessageKind, MessageState, Resolution, Source
 
 
@@ -44,19 +45,17 @@ class MessageFields:
     def from_row(
         cls, row: Mapping[str, Any], /, *, offset_column: str = "message_offset", **own: Any
     ) -> Self:
-        """The message's fields from a query row, plus the subclass's `own` fields."""
-        return cls(
+        """The message's fields from a query row, and the subclass's own.
+
+        A subclass's field takes the column of its name unless given in `own`.
+        """
+        return record_from_row(
+            cls,
+            row,
             offset=row[offset_column],
-            message_id=row["message_id"],
-            transaction_id=row["transaction_id"],
-            producer_group=row["producer_group"],
-            topic=row["topic"],
-            tags=row["tags"],
             keys=tuple(row["keys"]),
-            message_group=row["message_group"],
             properties=dict(row["properties"]),
             body=bytes(row["body"]),
-            born_at=row["born_at"],
             **own,
         )
 

@@ -240,6 +240,12 @@ def check_seconds(what: str, value: float, *, low: float, high: float, allow_zer
     return value
 
 
+def check_invisible_seconds(value: float) -> float:
+    return check_seconds(
+        "invisible duration", value, low=0, high=MAX_INVISIBLE_SECONDS, allow_zero=False
+    )
+
+
 def check_count(what: str, value: int, high: int) -> int:
     if not 1 <= value <= high:
         raise InvalidMessage(f"{what} must be between 1 and {high}, got {value}")

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
-from coordinator.db.queries import query
+from coordinator.db.queries import execute_sync
 from coordinator.pipeline import manifest as manifests
 from coordinator.pipeline.checksums import PartitionKey, PartitionSum, partition_sums
 from coordinator.pipeline.manifest import PartitionRecord, RunManifest, RunStatus
@@ -190,7 +190,7 @@ class ArchiveRun:
 
     def _postgres_sums(self, name: str) -> dict[PartitionKey, PartitionSum]:
         with psycopg.connect(self.url) as conn:
-            rows = conn.execute(query(name), self.params).fetchall()
+            rows = execute_sync(conn, name, self.params).fetchall()
         return {
             PartitionKey(born_date, topic): PartitionSum(int(count), int(checksum))
             for born_date, topic, count, checksum in rows
@@ -271,7 +271,7 @@ class ArchiveRun:
         ):
             for batch in _chunks(ids, self.options.batch_size):
                 with conn.transaction():
-                    conn.execute(query("pipeline_archive_delete"), {"ids": batch})
+                    execute_sync(conn, "pipeline_archive_delete", {"ids": batch})
                 self.checkpoint("deleted-batch")
         self.checkpoint("deleted")
         self._advance(RunStatus.DELETED)
@@ -280,7 +280,7 @@ class ArchiveRun:
         present: set[int] = set()
         with psycopg.connect(self.url, autocommit=True) as conn:
             for batch in _chunks(ids, self.options.batch_size):
-                rows = conn.execute(query("pipeline_archive_still_present"), {"ids": batch})
+                rows = execute_sync(conn, "pipeline_archive_still_present", {"ids": batch})
                 present.update(row[0] for row in rows)
         return present
 
@@ -315,8 +315,9 @@ class ArchiveRun:
 
 def _plan(database_url: str, options: ArchiveOptions) -> RunManifest:
     with psycopg.connect(database_url) as conn:
-        cutoff, max_id = conn.execute(
-            query("pipeline_archive_plan"),
+        cutoff, max_id = execute_sync(
+            conn,
+            "pipeline_archive_plan",
             {"older_than_seconds": options.older_than.total_seconds()},
         ).fetchone()  # type: ignore[misc]
     return RunManifest(
@@ -348,7 +349,7 @@ def run_archive(
     progress = progress or QuietProgress()
     options.archive_dir.mkdir(parents=True, exist_ok=True)
     with psycopg.connect(database_url, autocommit=True) as lock:
-        locked = lock.execute(query("pipeline_archive_lock")).fetchone()
+        locked = execute_sync(lock, "pipeline_archive_lock").fetchone()
         if not (locked and locked[0]):
             raise ArchiveBusy("another archive run holds this database's archive lock")
         try:
@@ -368,4 +369,4 @@ def run_archive(
             completed.append(run.complete())
             return completed
         finally:
-            lock.execute(query("pipeline_archive_unlock"))
+            execute_sync(lock, "pipeline_archive_unlock")

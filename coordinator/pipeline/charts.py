@@ -111,6 +111,25 @@ def check_count_histogram(check_counts: Sequence[int], messages: Sequence[int], 
     return _save(figure, path)
 
 
+def _bar_rows(labels: Sequence[str]) -> tuple[Figure, Axes, range]:
+    """A figure of one horizontal bar row per label, top to bottom."""
+    figure = Figure(figsize=(10, 0.45 * len(labels) + 1.8))
+    axes = figure.subplots()
+    rows = range(len(labels))
+    axes.set_yticks(list(rows))
+    axes.set_yticklabels(labels)
+    axes.invert_yaxis()
+    return figure, axes, rows
+
+
+def _paired_bars(
+    axes: Axes, rows: range, pairs: Sequence[tuple[Sequence[float], str, str]]
+) -> None:
+    """Two bars per row, side by side: (values, colour, label) each."""
+    for offset, (values, colour, label) in zip((-0.2, 0.2), pairs, strict=True):
+        axes.barh([r + offset for r in rows], values, height=0.4, color=colour, label=label)
+
+
 def rates_by_group(
     labels: Sequence[str],
     discard_rates: Sequence[float],
@@ -118,26 +137,15 @@ def rates_by_group(
     path: Path,
 ) -> Path:
     """Side-by-side bars: share of messages discarded and expired per group and topic."""
-    figure = Figure(figsize=(10, 0.45 * len(labels) + 1.8))
-    axes = figure.subplots()
-    rows = range(len(labels))
-    axes.barh(
-        [r - 0.2 for r in rows],
-        discard_rates,
-        height=0.4,
-        color=STATE_COLOURS["discarded"],
-        label="discarded",
+    figure, axes, rows = _bar_rows(labels)
+    _paired_bars(
+        axes,
+        rows,
+        [
+            (discard_rates, STATE_COLOURS["discarded"], "discarded"),
+            (expiry_rates, STATE_COLOURS["expired"], "expired"),
+        ],
     )
-    axes.barh(
-        [r + 0.2 for r in rows],
-        expiry_rates,
-        height=0.4,
-        color=STATE_COLOURS["expired"],
-        label="expired",
-    )
-    axes.set_yticks(list(rows))
-    axes.set_yticklabels(labels)
-    axes.invert_yaxis()
     axes.xaxis.set_major_formatter(PercentFormatter(1.0))
     axes.set_xlabel("share of the group's messages")
     _legend_on_top(axes, "Discard and expiry rates by producer group and topic", 2)
@@ -148,15 +156,10 @@ def pending_ages(
     labels: Sequence[str], pending: Sequence[int], oldest_hours: Sequence[float], path: Path
 ) -> Path:
     """Bars: oldest pending half message per group and topic, with the pending count."""
-    figure = Figure(figsize=(10, 0.45 * len(labels) + 1.8))
-    axes = figure.subplots()
-    rows = range(len(labels))
+    figure, axes, rows = _bar_rows(labels)
     axes.barh(list(rows), oldest_hours, color=STATE_COLOURS["prepared"])
     for row, (hours, count) in enumerate(zip(oldest_hours, pending, strict=True)):
         axes.text(hours, row, f"  {count:,} pending", va="center", fontsize="small")
-    axes.set_yticks(list(rows))
-    axes.set_yticklabels(labels)
-    axes.invert_yaxis()
     axes.set_xlabel("age of the oldest pending half message (hours)")
     axes.set_title("Pending transactions by producer group and topic")
     axes.margins(x=0.2)
@@ -167,18 +170,12 @@ def consumer_lag(
     labels: Sequence[str], lag: Sequence[int], dead_letters: Sequence[int], path: Path
 ) -> Path:
     """Bars: undelivered and dead-lettered messages per consumer group and topic."""
-    figure = Figure(figsize=(10, 0.45 * len(labels) + 1.8))
-    axes = figure.subplots()
-    rows = range(len(labels))
-    axes.barh(
-        [r - 0.2 for r in rows], lag, height=0.4, color="#00838f", label="lag (not acknowledged)"
+    figure, axes, rows = _bar_rows(labels)
+    _paired_bars(
+        axes,
+        rows,
+        [(lag, "#00838f", "lag (not acknowledged)"), (dead_letters, "#ad1457", "dead letters")],
     )
-    axes.barh(
-        [r + 0.2 for r in rows], dead_letters, height=0.4, color="#ad1457", label="dead letters"
-    )
-    axes.set_yticks(list(rows))
-    axes.set_yticklabels(labels)
-    axes.invert_yaxis()
     axes.xaxis.set_major_formatter(FuncFormatter(_thousands))
     axes.set_xlabel("messages")
     _legend_on_top(axes, "Consumer lag by consumer group and topic", 2)

@@ -24,7 +24,7 @@ import psycopg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from coordinator.db.queries import query
+from coordinator.db.queries import execute_sync
 from coordinator.pipeline import charts, report_page
 from coordinator.pipeline.figures import (
     HOURLY_KEYS,
@@ -85,12 +85,12 @@ class ReportResult:
 
 def database_now(url: str) -> datetime:
     with psycopg.connect(url) as conn:
-        return conn.execute(query("pipeline_now")).fetchone()[0]  # type: ignore[index]
+        return execute_sync(conn, "pipeline_now").fetchone()[0]  # type: ignore[index]
 
 
 def relation_exists(url: str, name: str) -> bool:
     with psycopg.connect(url) as conn:
-        row = conn.execute(query("pipeline_relation_exists"), {"name": name}).fetchone()
+        row = execute_sync(conn, "pipeline_relation_exists", {"name": name}).fetchone()
     return bool(row and row[0])
 
 

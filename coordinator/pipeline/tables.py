@@ -122,7 +122,7 @@ def read_named(
     partition_column: str | None = None,
     partitions: int = 1,
 ) -> DataFrame:
-    """A named query of queries.sql as a DataFrame."""
+    """A named query (coordinator/db/sql/queries/) as a DataFrame."""
     return read_postgres(
         spark,
         url,

@@ -1,4 +1,4 @@
-"""The SQL the README offers for watching check-backs runs on a real database."""
+"""The SQL docs/check-back.md offers for watching check-backs runs on a real database."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from coordinator.core import Coordinator
 from tests.checkback_helpers import INSTANCE, check_settings, make_due
 from tests.factories import GROUP, half
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CHECK_BACK_DOC = Path(__file__).resolve().parents[2] / "docs" / "check-back.md"
 
 
 def _documented_queries() -> list[str]:
-    section = README.read_text().split("### SQL to watch check-backs", 1)[1]
+    section = CHECK_BACK_DOC.read_text().split("## SQL to watch check-backs", 1)[1]
     (block,) = re.findall(r"```sql\n(.*?)```", section, re.DOTALL)[:1]
     return [q.strip() for q in block.split(";") if q.strip()]
 

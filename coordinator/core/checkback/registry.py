@@ -9,18 +9,12 @@ from psycopg import AsyncConnection
 from coordinator.config import Settings
 from coordinator.db.queries import execute, fetch_all, fetch_one
 from coordinator.domain.checkback import Producer
+from coordinator.domain.records import record_from_row
 from coordinator.domain.rules import check_instance, check_name, check_url
 
 
 def _producer(row: dict[str, Any]) -> Producer:
-    return Producer(
-        producer_group=row["producer_group"],
-        instance_id=row["instance_id"],
-        check_url=row["check_url"],
-        registered_at=row["registered_at"],
-        last_seen_at=row["last_seen_at"],
-        live=row["live"],
-    )
+    return record_from_row(Producer, row)
 
 
 async def heartbeat(

@@ -307,7 +307,7 @@ class CheckBack:
 
 
 def _request(row: dict[str, Any]) -> CheckRequest:
-    return CheckRequest.from_row(row, check_count=row["check_count"])
+    return CheckRequest.from_row(row)
 
 
 def _claimed(row: dict[str, Any]) -> ClaimedCheck:

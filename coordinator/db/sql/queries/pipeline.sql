@@ -145,3 +145,75 @@ SELECT producer_group, topic, date_trunc('hour', born_at AT TIME ZONE 'UTC') AS 
 FROM messages
 WHERE kind = 'transactional'
 GROUP BY 1, 2, 3, 4;
+
+-- name: pipeline_generate_synthetic
+-- Test data for the pipeline's tests, benchmark and demos (coordinator/pipeline/synthetic.py):
+-- messages first+0 .. last with their history, following the coordinator's rules.
+WITH randoms AS (
+    -- independent uniform numbers in [0, 1) per message, from hashes of its number
+    SELECT i,
+           (hashint8extended(i, %(seed)s::bigint) & 2147483647) / 2147483648.0 AS r_group,
+           (hashint8extended(i, %(seed)s::bigint + 1) & 2147483647) / 2147483648.0 AS r_topic,
+           (hashint8extended(i, %(seed)s::bigint + 2) & 2147483647) / 2147483648.0 AS r_state,
+           (hashint8extended(i, %(seed)s::bigint + 3) & 2147483647) / 2147483648.0 AS r_born,
+           (hashint8extended(i, %(seed)s::bigint + 4) & 2147483647) / 2147483648.0 AS r_checks,
+           (hashint8extended(i, %(seed)s::bigint + 5) & 2147483647) / 2147483648.0 AS r_latency
+    FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i
+),
+shaped AS (
+    SELECT i, r_latency,
+           'group-' || floor(r_group * %(groups)s)::int AS producer_group,
+           'topic-' || floor(r_topic * %(topics)s)::int AS topic,
+           CASE WHEN r_state < 0.80 THEN 'committed'
+                WHEN r_state < 0.88 THEN 'rolled_back'
+                WHEN r_state < 0.92 THEN 'discarded'
+                WHEN r_state < 0.95 THEN 'expired'
+                ELSE 'prepared' END AS state,
+           %(anchor)s::timestamptz
+               - make_interval(secs => r_born * %(span_hours)s::float8 * 3600) AS born_at,
+           r_checks
+    FROM randoms
+),
+timed AS (
+    SELECT *,
+           CASE WHEN state = 'discarded' THEN %(check_max)s::int
+                WHEN state IN ('expired', 'prepared') THEN floor(r_checks * 3)::int
+                WHEN r_checks < 0.66 THEN 0
+                ELSE 1 + floor((r_checks - 0.66) / 0.34 * 4)::int END AS check_count
+    FROM shaped
+),
+resolved AS (
+    SELECT *,
+           CASE WHEN state = 'prepared' THEN NULL
+                WHEN state = 'expired' THEN 'expiry'
+                WHEN state = 'discarded' THEN 'discard'
+                WHEN check_count = 0 THEN 'client'
+                ELSE 'check' END AS resolution_source,
+           CASE WHEN state = 'prepared' THEN NULL
+                WHEN state = 'expired'
+                    THEN born_at + make_interval(hours => 72, secs => r_latency * 60)
+                WHEN check_count = 0 THEN born_at + make_interval(secs => 0.05 + r_latency * 3)
+                ELSE born_at + make_interval(secs => 6 + 60 * (check_count - 1) + r_latency * 5)
+           END AS resolved_at
+    FROM timed
+),
+inserted AS (
+    INSERT INTO messages (
+        message_id, transaction_id, kind, producer_group, topic, tags, keys, body,
+        properties, state, check_count, born_at, next_check_at, resolved_at, resolution_source
+    )
+    SELECT 'SYN-' || %(seed)s::text || '-' || i, 'tx-' || %(seed)s::text || '-' || i,
+           'transactional', producer_group, topic, 'synthetic', ARRAY['order-' || i],
+           convert_to('synthetic message ' || i, 'UTF8'),
+           jsonb_build_object('order_id', i::text), state, check_count, born_at,
+           CASE WHEN state = 'prepared' THEN %(anchor)s::timestamptz + interval '60 seconds' END,
+           resolved_at, resolution_source
+    FROM resolved
+    ORDER BY i
+    RETURNING id, state, born_at, resolved_at, resolution_source
+)
+INSERT INTO message_history (message_offset, at, source, from_state, to_state)
+SELECT id, born_at, 'client', NULL, 'prepared' FROM inserted
+UNION ALL
+SELECT id, resolved_at, resolution_source, 'prepared', state
+FROM inserted WHERE state <> 'prepared';

@@ -7,3 +7,11 @@ SET plan_cache_mode = force_custom_plan;
 -- name: ping
 -- /health: the database answers.
 SELECT 1;
+
+-- name: database_exists
+-- The embedded server makes the coordinator's database on first start.
+SELECT 1 FROM pg_database WHERE datname = %(name)s::text;
+
+-- name: create_database
+-- {name} is filled in as an identifier (psycopg.sql), not as a parameter.
+CREATE DATABASE {name};

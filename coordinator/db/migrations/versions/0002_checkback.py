@@ -1,4 +1,4 @@
-"""Check-back engine (issue 3): producer registry, check requests.
+"""Check-back engine: producer registry, check requests.
 
 Revision ID: 0002
 Revises: 0001
@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from coordinator.db.migrations.sqlfile import execute_block
+
 revision: str = "0002"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
@@ -19,24 +21,6 @@ depends_on: str | Sequence[str] | None = None
 
 CHECK_STATUSES = "'no_producer', 'pending', 'pushing', 'delivered', 'failed'"
 DISPATCH_MODES = "'pull', 'push'"
-
-# (Replaced by a statement-level trigger in 0004, which restores these on downgrade.)
-CLOSE_CHECK_REQUEST_FUNCTION = """
-CREATE FUNCTION coordinator_close_check_request() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    DELETE FROM check_requests WHERE message_offset = NEW.id;
-    RETURN NULL;
-END
-$$
-"""
-CLOSE_CHECK_REQUEST_TRIGGER = """
-CREATE TRIGGER messages_close_check_request
-AFTER UPDATE OF state ON messages
-FOR EACH ROW
-WHEN (OLD.state = 'prepared' AND NEW.state <> 'prepared')
-EXECUTE FUNCTION coordinator_close_check_request()
-"""
 
 
 def upgrade() -> None:
@@ -106,33 +90,12 @@ def upgrade() -> None:
         ["producer_group"],
         postgresql_where=sa.text("status = 'no_producer'"),
     )
-    # Every row is rewritten at each check of its message: keep room for
-    # in-page (HOT) updates and vacuum early.
-    op.execute(
-        "ALTER TABLE check_requests SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.05)"
-    )
-
-    # A message that leaves `prepared` (by any path: its producer, a check-back
-    # answer, an operator, discard, expiry) has nothing left to check: its
-    # check request goes with it, so the table stays as small as the backlog.
-    op.execute(CLOSE_CHECK_REQUEST_FUNCTION)
-    op.execute(CLOSE_CHECK_REQUEST_TRIGGER)
-
-    op.execute(
-        """
-        CREATE VIEW check_backs AS
-        SELECT c.message_offset, m.transaction_id, m.message_id, c.producer_group, m.topic,
-               c.status, c.via, c.instance_id, c.check_count, c.no_producer_attempts,
-               c.claimed_at, c.delivered_at, m.next_check_at, m.born_at, c.detail
-        FROM check_requests c
-        JOIN messages m ON m.id = c.message_offset
-        """
-    )
+    # The storage parameters of check_requests, the trigger closing check
+    # requests, and the view check_backs (0002_checkback.sql).
+    execute_block(__file__, "upgrade")
 
 
 def downgrade() -> None:
-    op.execute("DROP VIEW IF EXISTS check_backs")
-    op.execute("DROP TRIGGER IF EXISTS messages_close_check_request ON messages")
-    op.execute("DROP FUNCTION IF EXISTS coordinator_close_check_request()")
+    execute_block(__file__, "downgrade")
     op.drop_table("check_requests")
     op.drop_table("producers")

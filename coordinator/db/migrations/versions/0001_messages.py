@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from coordinator.db.migrations.sqlfile import execute_block
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
@@ -82,12 +84,6 @@ def upgrade() -> None:
     )
     op.create_index("ix_messages_topic_state", "messages", ["topic", "state"])
     op.create_index("ix_messages_resolved_at", "messages", ["resolved_at"])
-    # Every message row is updated once or twice (resolution, check counts):
-    # leave room for in-page updates and vacuum well before the default 20%.
-    op.execute(
-        "ALTER TABLE messages SET (fillfactor = 85, autovacuum_vacuum_scale_factor = 0.05, "
-        "autovacuum_analyze_scale_factor = 0.05)"
-    )
 
     op.create_table(
         "message_history",
@@ -116,37 +112,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_message_history_message_offset", "message_history", ["message_offset"])
 
-    op.execute(
-        """
-        CREATE VIEW pending_transactions AS
-        SELECT id AS message_offset, message_id, transaction_id, producer_group, topic, tags,
-               born_at, now() - born_at AS age, check_count, check_immunity, next_check_at
-        FROM messages
-        WHERE state = 'prepared'
-        """
-    )
-    op.execute(
-        """
-        CREATE VIEW message_counts AS
-        SELECT producer_group, topic, state, count(*) AS messages, min(born_at) AS oldest_born_at
-        FROM messages
-        GROUP BY producer_group, topic, state
-        """
-    )
-    op.execute(
-        """
-        CREATE VIEW message_timeline AS
-        SELECT m.id AS message_offset, m.message_id, m.transaction_id, m.producer_group,
-               m.topic, h.id AS history_id, h.at, h.source, h.from_state, h.to_state, h.detail
-        FROM message_history h
-        JOIN messages m ON m.id = h.message_offset
-        """
-    )
+    # The storage parameters of messages, and the views (0001_messages.sql).
+    execute_block(__file__, "upgrade")
 
 
 def downgrade() -> None:
-    op.execute("DROP VIEW IF EXISTS message_timeline")
-    op.execute("DROP VIEW IF EXISTS message_counts")
-    op.execute("DROP VIEW IF EXISTS pending_transactions")
+    execute_block(__file__, "downgrade")
     op.drop_table("message_history")
     op.drop_table("messages")
