@@ -5,7 +5,6 @@ httpx; the barrier helper imports psycopg or SQLAlchemy when used).
 """
 
 from coordinator.client._protocol import RetryPolicy
-from coordinator.client.aio import AsyncTransactionProducer
 from coordinator.client.barrier import (
     AsyncBarrierTransactionListener,
     Barrier,
@@ -38,7 +37,7 @@ from coordinator.client.message import (
     SendResult,
     SendStatus,
 )
-from coordinator.client.producer import TransactionProducer
+from coordinator.client.producer import AsyncTransactionProducer, TransactionProducer
 
 __all__ = [
     "AsyncBarrierTransactionListener",

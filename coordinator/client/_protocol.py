@@ -1,7 +1,8 @@
-"""The HTTP protocol, without I/O: which call to make and how to read the answer.
+"""The HTTP protocol, without I/O: which call to make, how to read the answer
+and whether to send it again.
 
 The sync and asyncio clients share everything here and differ only in how
-they perform a `Call`.
+they perform a `Call` and wait between attempts.
 """
 
 from __future__ import annotations
@@ -49,6 +50,42 @@ class RetryPolicy:
         for _ in range(self.attempts - 1):
             yield delay * random.uniform(0.5, 1.0)
             delay = min(delay * 2, self.max_delay)
+
+
+# Errors after which resending an idempotent call is safe and useful.
+RETRYABLE = (httpx.TransportError, CoordinatorUnavailable)
+
+
+class Attempts:
+    """The retry decisions for one call: how long to wait before sending it again."""
+
+    def __init__(self, call: Call, policy: RetryPolicy) -> None:
+        self.call = call
+        self._delays = policy.delays() if call.idempotent else iter(())
+
+    def delay_after(self, error: Exception) -> float:
+        """The wait before the next attempt, or the error to raise when none is left."""
+        delay = next(self._delays, None)
+        if delay is None:
+            raise unavailable(self.call, error) from error
+        return delay
+
+
+def unavailable(call: Call, error: Exception) -> CoordinatorUnavailable:
+    if isinstance(error, CoordinatorUnavailable):
+        return error
+    return CoordinatorUnavailable(f"{call.method} {call.path} failed: {error!r}")
+
+
+def request_args(call: Call) -> dict[str, Any]:
+    """The keyword arguments of httpx's `request` for `call`."""
+    return {
+        "method": call.method,
+        "url": call.path,
+        "json": call.json,
+        "params": call.params,
+        "timeout": call.timeout if call.timeout is not None else httpx.USE_CLIENT_DEFAULT,
+    }
 
 
 def new_message_id() -> str:

@@ -1,79 +1,64 @@
-"""Performing protocol calls over httpx, sync and asyncio, with retries."""
+"""Performing protocol calls over httpx, sync and asyncio, with retries.
+
+What to send, how to read the answer and when to try again come from
+`_protocol`; a transport only sends, sleeps and closes.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 
-from coordinator.client._protocol import Call, RetryPolicy, read_response
-from coordinator.client.errors import CoordinatorUnavailable
+from coordinator.client._protocol import (
+    RETRYABLE,
+    Attempts,
+    Call,
+    RetryPolicy,
+    read_response,
+    request_args,
+)
 
-# Errors after which resending an idempotent call is safe and useful.
-_RETRYABLE = (httpx.TransportError, CoordinatorUnavailable)
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 
 
-class SyncTransport:
+class _Transport(Generic[H]):
+    _http_class: type[H]
+
     def __init__(
         self, endpoint: str, *, timeout: float = 10.0, retry: RetryPolicy | None = None
     ) -> None:
-        self.client = httpx.Client(base_url=endpoint, timeout=timeout)
+        self.client = self._http_class(base_url=endpoint, timeout=timeout)
         self.retry = retry or RetryPolicy()
 
+
+class SyncTransport(_Transport[httpx.Client]):
+    _http_class = httpx.Client
+
     def call(self, call: Call) -> dict[str, Any]:
-        delays = self.retry.delays() if call.idempotent else iter(())
+        attempts = Attempts(call, self.retry)
         while True:
             try:
-                response = self.client.request(
-                    call.method,
-                    call.path,
-                    json=call.json,
-                    params=call.params,
-                    timeout=call.timeout if call.timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
-                return read_response(response)
-            except _RETRYABLE as error:
-                delay = next(delays, None)
-                if delay is None:
-                    raise _unavailable(call, error) from error
-                time.sleep(delay)
+                return read_response(self.client.request(**request_args(call)))
+            except RETRYABLE as error:
+                time.sleep(attempts.delay_after(error))
 
     def close(self) -> None:
         self.client.close()
 
 
-class AsyncTransport:
-    def __init__(
-        self, endpoint: str, *, timeout: float = 10.0, retry: RetryPolicy | None = None
-    ) -> None:
-        self.client = httpx.AsyncClient(base_url=endpoint, timeout=timeout)
-        self.retry = retry or RetryPolicy()
+class AsyncTransport(_Transport[httpx.AsyncClient]):
+    _http_class = httpx.AsyncClient
 
     async def call(self, call: Call) -> dict[str, Any]:
-        delays = self.retry.delays() if call.idempotent else iter(())
+        attempts = Attempts(call, self.retry)
         while True:
             try:
-                response = await self.client.request(
-                    call.method,
-                    call.path,
-                    json=call.json,
-                    params=call.params,
-                    timeout=call.timeout if call.timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
-                return read_response(response)
-            except _RETRYABLE as error:
-                delay = next(delays, None)
-                if delay is None:
-                    raise _unavailable(call, error) from error
-                await asyncio.sleep(delay)
+                return read_response(await self.client.request(**request_args(call)))
+            except RETRYABLE as error:
+                await asyncio.sleep(attempts.delay_after(error))
 
     async def close(self) -> None:
         await self.client.aclose()
-
-
-def _unavailable(call: Call, error: Exception) -> CoordinatorUnavailable:
-    if isinstance(error, CoordinatorUnavailable):
-        return error
-    return CoordinatorUnavailable(f"{call.method} {call.path} failed: {error!r}")

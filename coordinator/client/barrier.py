@@ -21,8 +21,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from functools import partial
+from typing import Any, Generic, TypeVar
 
+from coordinator.client._base import Survived, survive_errors
 from coordinator.client.listener import AsyncTransactionListener, TransactionListener
 from coordinator.client.message import LocalTransactionState, Message
 
@@ -112,21 +114,35 @@ def _execute(conn: Any, sql: str, params: dict[str, Any]) -> Any:
 LocalTransaction = Callable[[Any, Message, Any], None]
 AsyncLocalTransaction = Callable[[Any, Message, Any], Awaitable[None]]
 
+D = TypeVar("D")
+F = TypeVar("F", LocalTransaction, AsyncLocalTransaction)
 
-class BarrierTransactionListener(TransactionListener):
+# Nothing was committed when the local transaction raised: ROLLBACK is safe to
+# answer (a check-back's marker makes the barrier insert fail, which also
+# lands here).
+_running = partial(survive_errors, log, "local transaction %s failed; rolling back")
+# The commit's outcome is unknown; the barrier will tell at check time.
+_committing = partial(survive_errors, log, "commit of local transaction %s failed")
+
+
+def _after_commit(commit: Survived) -> LocalTransactionState:
+    return LocalTransactionState.UNKNOWN if commit.failed else LocalTransactionState.COMMIT
+
+
+class _BarrierListener(Generic[D, F]):
+    def __init__(self, database: D, local_transaction: F, barrier: Barrier | None = None) -> None:
+        self.database = database
+        self.local_transaction = local_transaction
+        self.barrier = barrier or Barrier()
+
+
+class BarrierTransactionListener(_BarrierListener[Any, LocalTransaction], TransactionListener):
     """A ready-made listener: your local transaction plus the barrier; checks answer themselves.
 
     `database` is an SQLAlchemy Engine or a libpq URL (psycopg).
     `local_transaction(conn, msg, arg)` does your business writes on `conn`,
     inside the same database transaction as the barrier row.
     """
-
-    def __init__(
-        self, database: Any, local_transaction: LocalTransaction, barrier: Barrier | None = None
-    ) -> None:
-        self.database = database
-        self.local_transaction = local_transaction
-        self.barrier = barrier or Barrier()
 
     def _connect(self) -> Any:
         if isinstance(self.database, str):
@@ -139,22 +155,15 @@ class BarrierTransactionListener(TransactionListener):
         assert msg.transaction_id is not None
         conn = self._connect()
         try:
-            try:
+            with _running(msg.transaction_id) as local:
                 self.barrier.mark_committed(conn, msg.transaction_id)
                 self.local_transaction(conn, msg, arg)
-            except Exception:
-                # Nothing was committed: safe to say so (a check-back's marker
-                # makes the insert fail here, which also lands in this branch).
-                log.exception("local transaction %s failed; rolling back", msg.transaction_id)
+            if local.failed:
                 conn.rollback()
                 return LocalTransactionState.ROLLBACK
-            try:
+            with _committing(msg.transaction_id) as commit:
                 conn.commit()
-            except Exception:
-                # The commit's outcome is unknown; the barrier will tell at check time.
-                log.exception("commit of local transaction %s failed", msg.transaction_id)
-                return LocalTransactionState.UNKNOWN
-            return LocalTransactionState.COMMIT
+            return _after_commit(commit)
         finally:
             conn.close()
 
@@ -169,37 +178,25 @@ class BarrierTransactionListener(TransactionListener):
             conn.close()
 
 
-class AsyncBarrierTransactionListener(AsyncTransactionListener):
+class AsyncBarrierTransactionListener(
+    _BarrierListener[str, AsyncLocalTransaction], AsyncTransactionListener
+):
     """The asyncio twin, over psycopg's AsyncConnection (`database` is a libpq URL)."""
-
-    def __init__(
-        self,
-        database: str,
-        local_transaction: AsyncLocalTransaction,
-        barrier: Barrier | None = None,
-    ) -> None:
-        self.database = database
-        self.local_transaction = local_transaction
-        self.barrier = barrier or Barrier()
 
     async def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
         import psycopg
 
         assert msg.transaction_id is not None
         async with await psycopg.AsyncConnection.connect(self.database) as conn:
-            try:
+            with _running(msg.transaction_id) as local:
                 await self.barrier.mark_committed_async(conn, msg.transaction_id)
                 await self.local_transaction(conn, msg, arg)
-            except Exception:
-                log.exception("local transaction %s failed; rolling back", msg.transaction_id)
+            if local.failed:
                 await conn.rollback()
                 return LocalTransactionState.ROLLBACK
-            try:
+            with _committing(msg.transaction_id) as commit:
                 await conn.commit()
-            except Exception:
-                log.exception("commit of local transaction %s failed", msg.transaction_id)
-                return LocalTransactionState.UNKNOWN
-            return LocalTransactionState.COMMIT
+            return _after_commit(commit)
 
     async def check_local_transaction(self, msg: Message) -> LocalTransactionState:
         import psycopg

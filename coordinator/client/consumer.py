@@ -17,14 +17,14 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
-from typing import Any
+from functools import partial
+from typing import Any, Generic, TypeVar
 
+from coordinator.client import _base as base
 from coordinator.client import _protocol as protocol
 from coordinator.client._protocol import RetryPolicy
 from coordinator.client._transport import AsyncTransport, SyncTransport
-from coordinator.client.errors import CoordinatorClientError
 from coordinator.client.message import ReceivedMessage
-from coordinator.client.producer import DEFAULT_ENDPOINT
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,8 @@ AsyncMessageListener = Callable[[ReceivedMessage], Awaitable["ConsumeResult | No
 
 
 class _ConsumerSettings:
+    """A consumer's configuration and the calls it makes, shared by both flavours."""
+
     def __init__(
         self,
         group: str,
@@ -83,19 +85,26 @@ class _ConsumerSettings:
             timeout=self.timeout,
         )
 
+    def ack_call(self, message: ReceivedMessage | str) -> protocol.Call:
+        handle = message if isinstance(message, str) else message.receipt_handle
+        return protocol.ack_call(self.group, handle)
 
-def _handle(message: ReceivedMessage | str) -> str:
-    return message if isinstance(message, str) else message.receipt_handle
+    def change_invisible_call(
+        self, message: ReceivedMessage, invisible_seconds: float
+    ) -> protocol.Call:
+        return protocol.change_invisible_call(self.group, message.receipt_handle, invisible_seconds)
 
 
-class _Consumer:
+class _Consumer(base.Connected[base.T]):
     """What both SimpleConsumer flavours are configured with."""
+
+    role = "consumer"
 
     def __init__(
         self,
         group: str,
         subscriptions: dict[str, str],
-        endpoint: str = DEFAULT_ENDPOINT,
+        endpoint: str = base.DEFAULT_ENDPOINT,
         *,
         fifo: bool = False,
         max_delivery_attempts: int = 16,
@@ -104,6 +113,7 @@ class _Consumer:
         timeout: float = 10.0,
         retry: RetryPolicy | None = None,
     ) -> None:
+        super().__init__(endpoint, timeout=timeout, retry=retry)
         self.settings = _ConsumerSettings(
             group,
             subscriptions,
@@ -113,44 +123,28 @@ class _Consumer:
             wait_seconds=wait_seconds,
             timeout=timeout,
         )
-        self.endpoint = endpoint
-        self.retry = retry
 
 
-class SimpleConsumer(_Consumer):
+class SimpleConsumer(_Consumer[SyncTransport], base.SyncLifecycle):
     """Receive, process, ack: the caller drives every step.
 
     `subscriptions` maps topics to tag expressions (`*`, `TagA || TagB`); the
     group is subscribed on start().
     """
 
-    _transport: SyncTransport | None = None
+    _transport_class = SyncTransport
 
     def start(self) -> SimpleConsumer:
         if self._transport is None:
-            self._transport = SyncTransport(
-                self.endpoint, timeout=self.settings.timeout, retry=self.retry
-            )
+            transport = self._connect()
             for call in self.settings.subscribe_calls():
-                self._transport.call(call)
+                transport.call(call)
         return self
 
     def shutdown(self) -> None:
         if self._transport is not None:
             self._transport.close()
             self._transport = None
-
-    def __enter__(self) -> SimpleConsumer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    @property
-    def _client(self) -> SyncTransport:
-        if self._transport is None:
-            raise CoordinatorClientError("the consumer is not started: call start() first")
-        return self._transport
 
     def receive(
         self,
@@ -163,50 +157,32 @@ class SimpleConsumer(_Consumer):
         return protocol.received(self._client.call(call))
 
     def ack(self, message: ReceivedMessage | str) -> None:
-        self._client.call(protocol.ack_call(self.settings.group, _handle(message)))
+        self._client.call(self.settings.ack_call(message))
 
     def change_invisible_duration(
         self, message: ReceivedMessage, invisible_seconds: float
     ) -> ReceivedMessage:
         """Keep (or give back) a message; returns it with its new receipt handle."""
-        answer = self._client.call(
-            protocol.change_invisible_call(
-                self.settings.group, message.receipt_handle, invisible_seconds
-            )
-        )
+        answer = self._client.call(self.settings.change_invisible_call(message, invisible_seconds))
         return protocol.with_receipt(message, answer)
 
 
-class AsyncSimpleConsumer(_Consumer):
+class AsyncSimpleConsumer(_Consumer[AsyncTransport], base.AsyncLifecycle):
     """The asyncio twin of SimpleConsumer."""
 
-    _transport: AsyncTransport | None = None
+    _transport_class = AsyncTransport
 
     async def start(self) -> AsyncSimpleConsumer:
         if self._transport is None:
-            self._transport = AsyncTransport(
-                self.endpoint, timeout=self.settings.timeout, retry=self.retry
-            )
+            transport = self._connect()
             for call in self.settings.subscribe_calls():
-                await self._transport.call(call)
+                await transport.call(call)
         return self
 
     async def shutdown(self) -> None:
         if self._transport is not None:
             await self._transport.close()
             self._transport = None
-
-    async def __aenter__(self) -> AsyncSimpleConsumer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
-    @property
-    def _client(self) -> AsyncTransport:
-        if self._transport is None:
-            raise CoordinatorClientError("the consumer is not started: call start() first")
-        return self._transport
 
     async def receive(
         self,
@@ -219,15 +195,13 @@ class AsyncSimpleConsumer(_Consumer):
         return protocol.received(await self._client.call(call))
 
     async def ack(self, message: ReceivedMessage | str) -> None:
-        await self._client.call(protocol.ack_call(self.settings.group, _handle(message)))
+        await self._client.call(self.settings.ack_call(message))
 
     async def change_invisible_duration(
         self, message: ReceivedMessage, invisible_seconds: float
     ) -> ReceivedMessage:
         answer = await self._client.call(
-            protocol.change_invisible_call(
-                self.settings.group, message.receipt_handle, invisible_seconds
-            )
+            self.settings.change_invisible_call(message, invisible_seconds)
         )
         return protocol.with_receipt(message, answer)
 
@@ -237,7 +211,42 @@ def _succeeded(outcome: object) -> bool:
     return outcome is None or outcome == ConsumeResult.SUCCESS or outcome is True
 
 
-class PushConsumer:
+C = TypeVar("C", SimpleConsumer, AsyncSimpleConsumer)
+ML = TypeVar("ML", MessageListener, AsyncMessageListener)
+
+
+class _PushConsumer(Generic[C, ML]):
+    """What both PushConsumer flavours share: their simple consumer, their
+    listener and their slots."""
+
+    _consumer_class: type[C]
+    _slots: threading.Semaphore | asyncio.Semaphore  # one per message being consumed
+
+    def __init__(
+        self,
+        group: str,
+        subscriptions: dict[str, str],
+        listener: ML,
+        endpoint: str,
+        retry_delay_seconds: float,
+        consumer_options: dict[str, Any],
+    ) -> None:
+        self.consumer = self._consumer_class(group, subscriptions, endpoint, **consumer_options)
+        self.listener = listener
+        self.retry_delay_seconds = retry_delay_seconds
+
+    def _release(self, count: int) -> None:
+        for _ in range(count):
+            self._slots.release()
+
+
+_listening = partial(base.survive_errors, log, "listener failed on message %s")
+# The message comes back after its invisible duration anyway.
+_settling = partial(base.survive_call_errors, log.warning, "could not settle message %s")
+_receiving = partial(base.survive_call_errors, log.warning, "receive failed")
+
+
+class PushConsumer(_PushConsumer[SimpleConsumer, MessageListener], base.SyncLifecycle):
     """Runs `listener(message)` for every message on a worker pool.
 
     Success (no exception; SUCCESS or None) acks the message. Failure (an
@@ -245,21 +254,23 @@ class PushConsumer:
     `retry_delay_seconds`, with a higher delivery attempt.
     """
 
+    _consumer_class = SimpleConsumer
+
     def __init__(
         self,
         group: str,
         subscriptions: dict[str, str],
         listener: MessageListener,
-        endpoint: str = DEFAULT_ENDPOINT,
+        endpoint: str = base.DEFAULT_ENDPOINT,
         *,
         threads: int = 4,
         retry_delay_seconds: float = 1.0,
         **consumer_options: Any,
     ) -> None:
-        self.consumer = SimpleConsumer(group, subscriptions, endpoint, **consumer_options)
-        self.listener = listener
+        super().__init__(
+            group, subscriptions, listener, endpoint, retry_delay_seconds, consumer_options
+        )
         self.threads = threads
-        self.retry_delay_seconds = retry_delay_seconds
         self._stopping = threading.Event()
         self._slots = threading.Semaphore(threads)
         self._pool: ThreadPoolExecutor | None = None
@@ -284,21 +295,14 @@ class PushConsumer:
             self._pool.shutdown(wait=True)  # finish messages already being consumed
         self.consumer.shutdown()
 
-    def __enter__(self) -> PushConsumer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
     def _receive_loop(self) -> None:
         # Short waits keep shutdown prompt; the server long-polls within each.
         wait = min(self.consumer.settings.wait_seconds, 2.0)
         while not self._stopping.is_set():
             free = self._free_slots()
-            try:
+            with _receiving() as receiving:
                 messages = self.consumer.receive(free, wait_seconds=wait)
-            except CoordinatorClientError as error:
-                log.warning("receive failed: %s", error)
+            if receiving.failed:
                 self._release(free)
                 self._stopping.wait(1.0)
                 continue
@@ -314,46 +318,42 @@ class PushConsumer:
             taken += 1
         return taken
 
-    def _release(self, count: int) -> None:
-        for _ in range(count):
-            self._slots.release()
-
     def _consume(self, message: ReceivedMessage) -> None:
         try:
-            try:
+            ok = False
+            with _listening(message.message_id):
                 ok = _succeeded(self.listener(message))
-            except Exception:
-                log.exception("listener failed on message %s", message.message_id)
-                ok = False
-            if ok:
-                self.consumer.ack(message)
-            else:
-                self.consumer.change_invisible_duration(message, self.retry_delay_seconds)
-        except CoordinatorClientError as error:
-            # The message will come back after its invisible duration anyway.
-            log.warning("could not settle message %s: %s", message.message_id, error)
+            with _settling(message.message_id):
+                if ok:
+                    self.consumer.ack(message)
+                else:
+                    self.consumer.change_invisible_duration(message, self.retry_delay_seconds)
         finally:
             self._slots.release()
 
 
-class AsyncPushConsumer:
+class AsyncPushConsumer(
+    _PushConsumer[AsyncSimpleConsumer, AsyncMessageListener], base.AsyncLifecycle
+):
     """The asyncio twin of PushConsumer: `await listener(message)` per message."""
+
+    _consumer_class = AsyncSimpleConsumer
 
     def __init__(
         self,
         group: str,
         subscriptions: dict[str, str],
         listener: AsyncMessageListener,
-        endpoint: str = DEFAULT_ENDPOINT,
+        endpoint: str = base.DEFAULT_ENDPOINT,
         *,
         concurrency: int = 4,
         retry_delay_seconds: float = 1.0,
         **consumer_options: Any,
     ) -> None:
-        self.consumer = AsyncSimpleConsumer(group, subscriptions, endpoint, **consumer_options)
-        self.listener = listener
+        super().__init__(
+            group, subscriptions, listener, endpoint, retry_delay_seconds, consumer_options
+        )
         self.concurrency = concurrency
-        self.retry_delay_seconds = retry_delay_seconds
         self._loop: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(concurrency)
         self._running: set[asyncio.Task[None]] = set()
@@ -375,46 +375,36 @@ class AsyncPushConsumer:
             await asyncio.gather(*self._running, return_exceptions=True)
         await self.consumer.shutdown()
 
-    async def __aenter__(self) -> AsyncPushConsumer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
     async def _receive_loop(self) -> None:
         while True:
-            await self._slots.acquire()
-            free = 1
-            while free < self.concurrency and not self._slots.locked():
-                await self._slots.acquire()
-                free += 1
-            try:
+            free = await self._free_slots()
+            with _receiving() as receiving:
                 messages = await self.consumer.receive(free)
-            except CoordinatorClientError as error:
-                log.warning("receive failed: %s", error)
-                for _ in range(free):
-                    self._slots.release()
+            if receiving.failed:
+                self._release(free)
                 await asyncio.sleep(1.0)
                 continue
-            for _ in range(free - len(messages)):
-                self._slots.release()
+            self._release(free - len(messages))
             for message in messages:
-                task = asyncio.create_task(self._consume(message))
-                self._running.add(task)
-                task.add_done_callback(self._running.discard)
+                base.spawn(self._running, self._consume(message))
+
+    async def _free_slots(self) -> int:
+        await self._slots.acquire()  # at least one task slot is free
+        taken = 1
+        while taken < self.concurrency and not self._slots.locked():
+            await self._slots.acquire()
+            taken += 1
+        return taken
 
     async def _consume(self, message: ReceivedMessage) -> None:
         try:
-            try:
+            ok = False
+            with _listening(message.message_id):
                 ok = _succeeded(await self.listener(message))
-            except Exception:
-                log.exception("listener failed on message %s", message.message_id)
-                ok = False
-            if ok:
-                await self.consumer.ack(message)
-            else:
-                await self.consumer.change_invisible_duration(message, self.retry_delay_seconds)
-        except CoordinatorClientError as error:
-            log.warning("could not settle message %s: %s", message.message_id, error)
+            with _settling(message.message_id):
+                if ok:
+                    await self.consumer.ack(message)
+                else:
+                    await self.consumer.change_invisible_duration(message, self.retry_delay_seconds)
         finally:
             self._slots.release()

@@ -1,26 +1,103 @@
-"""TransactionProducer: RocketMQ's transactional producer over the coordinator's HTTP API."""
+"""TransactionProducer and its asyncio twin AsyncTransactionProducer:
+RocketMQ's transactional producer over the coordinator's HTTP API."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from functools import partial
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
+from coordinator.client import _base as base
 from coordinator.client import _protocol as protocol
+from coordinator.client._base import DEFAULT_ENDPOINT
 from coordinator.client._protocol import RetryPolicy
-from coordinator.client._transport import SyncTransport
-from coordinator.client.errors import CoordinatorClientError
-from coordinator.client.listener import TransactionListener
+from coordinator.client._transport import AsyncTransport, SyncTransport
+from coordinator.client.listener import AsyncTransactionListener, TransactionListener
 from coordinator.client.message import LocalTransactionState, Message, SendResult
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+L = TypeVar("L", TransactionListener, AsyncTransactionListener)
 
 
-class TransactionProducer:
+class _ProducerOptions(TypedDict, total=False):
+    """The options both producers take (see _Producer)."""
+
+    instance_id: str | None
+    heartbeat_interval: float
+    check_wait_seconds: float
+    timeout: float
+    retry: RetryPolicy | None
+
+
+class _Producer(base.Connected[base.T], Generic[base.T, L]):
+    """What both producers are configured with and the calls they make."""
+
+    role = "producer"
+
+    def __init__(
+        self,
+        group: str,
+        listener: L,
+        endpoint: str,
+        *,
+        instance_id: str | None = None,
+        heartbeat_interval: float = 10.0,
+        check_wait_seconds: float = 2.0,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__(endpoint, timeout=timeout, retry=retry)
+        self.group = group
+        self.listener = listener
+        self.instance_id = instance_id or uuid.uuid4().hex[:16]
+        self.heartbeat_interval = heartbeat_interval
+        self.check_wait_seconds = check_wait_seconds
+
+    def _heartbeat_call(self) -> protocol.Call:
+        return protocol.heartbeat_call(self.group, self.instance_id)
+
+    def _leave_call(self) -> protocol.Call:
+        return protocol.leave_call(self.group, self.instance_id)
+
+    def _poll_call(self) -> protocol.Call:
+        return protocol.poll_checks_call(
+            self.group, self.instance_id, self.check_wait_seconds, self.timeout
+        )
+
+    def _end_call(
+        self, msg: Message, state: LocalTransactionState, *, from_check: bool
+    ) -> protocol.Call:
+        assert msg.transaction_id is not None
+        return protocol.end_call(
+            self.group, msg.transaction_id, state, message_id=msg.message_id, from_check=from_check
+        )
+
+
+# A listener that raises answers UNKNOWN: the coordinator checks back.
+_executing = partial(
+    base.survive_errors, log, "local transaction of %s raised; leaving it to check-back"
+)
+_checking = partial(base.survive_errors, log, "check_local_transaction of %s raised")
+# The local transaction may have committed, so a failed end is never raised:
+# check-back finishes the job.
+_ending = partial(
+    base.survive_call_errors,
+    log.warning,
+    "could not end transaction %s with %s (left to check-back)",
+)
+_heartbeating = partial(base.survive_call_errors, log.warning, "heartbeat failed")
+_polling = partial(base.survive_call_errors, log.warning, "polling check requests failed")
+# The instance expires on its own once it stops heartbeating.
+_leaving = partial(base.survive_call_errors, log.info, "could not deregister producer instance")
+
+
+class TransactionProducer(_Producer[SyncTransport, TransactionListener], base.SyncLifecycle):
     """Sends half messages, runs the local transaction, ends it; answers check-backs.
 
     While started, a background thread heartbeats the producer instance and
@@ -29,29 +106,19 @@ class TransactionProducer:
     ends the transaction with from_check.
     """
 
+    _transport_class = SyncTransport
+
     def __init__(
         self,
         group: str,
         listener: TransactionListener,
         endpoint: str = DEFAULT_ENDPOINT,
         *,
-        instance_id: str | None = None,
         check_threads: int = 4,
-        heartbeat_interval: float = 10.0,
-        check_wait_seconds: float = 2.0,
-        timeout: float = 10.0,
-        retry: RetryPolicy | None = None,
+        **options: Unpack[_ProducerOptions],
     ) -> None:
-        self.group = group
-        self.listener = listener
-        self.endpoint = endpoint
-        self.instance_id = instance_id or uuid.uuid4().hex[:16]
+        super().__init__(group, listener, endpoint, **options)
         self.check_threads = check_threads
-        self.heartbeat_interval = heartbeat_interval
-        self.check_wait_seconds = check_wait_seconds
-        self.timeout = timeout
-        self.retry = retry
-        self._transport: SyncTransport | None = None
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._checks: ThreadPoolExecutor | None = None
@@ -60,9 +127,9 @@ class TransactionProducer:
     def start(self) -> TransactionProducer:
         if self._transport is not None:
             return self
-        self._transport = SyncTransport(self.endpoint, timeout=self.timeout, retry=self.retry)
+        transport = self._connect()
         self._stopping.clear()
-        self._transport.call(protocol.heartbeat_call(self.group, self.instance_id))
+        transport.call(self._heartbeat_call())
         self._checks = ThreadPoolExecutor(
             max_workers=self.check_threads, thread_name_prefix=f"checks-{self.group}"
         )
@@ -81,24 +148,10 @@ class TransactionProducer:
         self._threads.clear()
         if self._checks is not None:
             self._checks.shutdown(wait=True)
-        try:
-            self._transport.call(protocol.leave_call(self.group, self.instance_id))
-        except CoordinatorClientError as error:
-            log.info("could not deregister producer instance: %s", error)
+        with _leaving():
+            self._transport.call(self._leave_call())
         self._transport.close()
         self._transport = None
-
-    def __enter__(self) -> TransactionProducer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    @property
-    def _client(self) -> SyncTransport:
-        if self._transport is None:
-            raise CoordinatorClientError("the producer is not started: call start() first")
-        return self._transport
 
     # sending -------------------------------------------------------------
     def send_message_in_transaction(self, msg: Message, arg: Any = None) -> SendResult:
@@ -111,13 +164,9 @@ class TransactionProducer:
            local transaction may have committed, and check-back will finish.
         """
         half = protocol.read_send(msg, self._client.call(protocol.prepare_call(self.group, msg)))
-        try:
+        state = LocalTransactionState.UNKNOWN
+        with _executing(msg.message_id):
             state = protocol.as_state(self.listener.execute_local_transaction(msg, arg))
-        except Exception:
-            log.exception(
-                "local transaction of %s raised; leaving it to check-back", msg.message_id
-            )
-            state = LocalTransactionState.UNKNOWN
         self._end(msg, state, from_check=False)
         return protocol.with_local_state(half, state)
 
@@ -126,53 +175,121 @@ class TransactionProducer:
         return protocol.read_send(msg, self._client.call(protocol.send_call(msg)))
 
     def _end(self, msg: Message, state: LocalTransactionState, *, from_check: bool) -> None:
-        assert msg.transaction_id is not None
-        try:
-            self._client.call(
-                protocol.end_call(
-                    self.group,
-                    msg.transaction_id,
-                    state,
-                    message_id=msg.message_id,
-                    from_check=from_check,
-                )
-            )
-        except CoordinatorClientError as error:
-            log.warning(
-                "could not end transaction %s with %s (left to check-back): %s",
-                msg.transaction_id,
-                state.value,
-                error,
-            )
+        with _ending(msg.transaction_id, state.value):
+            self._client.call(self._end_call(msg, state, from_check=from_check))
 
     # check-backs -----------------------------------------------------------
     def _heartbeat_loop(self) -> None:
         while not self._stopping.wait(self.heartbeat_interval):
-            try:
-                self._client.call(protocol.heartbeat_call(self.group, self.instance_id))
-            except CoordinatorClientError as error:
-                log.warning("heartbeat failed: %s", error)
+            with _heartbeating():
+                self._client.call(self._heartbeat_call())
 
     def _check_loop(self) -> None:
         while not self._stopping.is_set():
-            try:
-                answer = self._client.call(
-                    protocol.poll_checks_call(
-                        self.group, self.instance_id, self.check_wait_seconds, self.timeout
-                    )
-                )
-            except CoordinatorClientError as error:
-                log.warning("polling check requests failed: %s", error)
+            with _polling() as polling:
+                requests = protocol.check_requests(self._client.call(self._poll_call()))
+            if polling.failed:
                 self._stopping.wait(1.0)
                 continue
-            for request in protocol.check_requests(answer):
+            for request in requests:
                 assert self._checks is not None
                 self._checks.submit(self._answer_check, request)
 
     def _answer_check(self, msg: Message) -> None:
-        try:
+        state = LocalTransactionState.UNKNOWN
+        with _checking(msg.message_id):
             state = protocol.as_state(self.listener.check_local_transaction(msg))
-        except Exception:
-            log.exception("check_local_transaction of %s raised", msg.message_id)
-            state = LocalTransactionState.UNKNOWN
         self._end(msg, state, from_check=True)
+
+
+class AsyncTransactionProducer(
+    _Producer[AsyncTransport, AsyncTransactionListener], base.AsyncLifecycle
+):
+    """The asyncio twin of TransactionProducer: same protocol and flow, with
+    async listener methods; check-backs run as at most `max_concurrent_checks`
+    tasks."""
+
+    _transport_class = AsyncTransport
+
+    def __init__(
+        self,
+        group: str,
+        listener: AsyncTransactionListener,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        max_concurrent_checks: int = 4,
+        **options: Unpack[_ProducerOptions],
+    ) -> None:
+        super().__init__(group, listener, endpoint, **options)
+        self.max_concurrent_checks = max_concurrent_checks
+        self._tasks: list[asyncio.Task[None]] = []
+        self._checks: set[asyncio.Task[None]] = set()
+        self._check_slots = asyncio.Semaphore(max_concurrent_checks)
+
+    async def start(self) -> AsyncTransactionProducer:
+        if self._transport is not None:
+            return self
+        await self._connect().call(self._heartbeat_call())
+        self._tasks = [
+            asyncio.create_task(self._heartbeat_loop(), name=f"heartbeat-{self.group}"),
+            asyncio.create_task(self._check_loop(), name=f"checks-{self.group}"),
+        ]
+        return self
+
+    async def shutdown(self) -> None:
+        if self._transport is None:
+            return
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self._checks:  # let answers already being computed finish
+            await asyncio.gather(*self._checks, return_exceptions=True)
+        with _leaving():
+            await self._transport.call(self._leave_call())
+        await self._transport.close()
+        self._transport = None
+
+    async def send_message_in_transaction(self, msg: Message, arg: Any = None) -> SendResult:
+        answer = await self._client.call(protocol.prepare_call(self.group, msg))
+        half = protocol.read_send(msg, answer)
+        state = LocalTransactionState.UNKNOWN
+        with _executing(msg.message_id):
+            state = protocol.as_state(await self.listener.execute_local_transaction(msg, arg))
+        await self._end(msg, state, from_check=False)
+        return protocol.with_local_state(half, state)
+
+    async def send(self, msg: Message) -> SendResult:
+        return protocol.read_send(msg, await self._client.call(protocol.send_call(msg)))
+
+    async def _end(self, msg: Message, state: LocalTransactionState, *, from_check: bool) -> None:
+        with _ending(msg.transaction_id, state.value):
+            await self._client.call(self._end_call(msg, state, from_check=from_check))
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            with _heartbeating():
+                await self._client.call(self._heartbeat_call())
+
+    async def _check_loop(self) -> None:
+        while True:
+            with _polling() as polling:
+                requests = protocol.check_requests(await self._client.call(self._poll_call()))
+            if polling.failed:
+                await asyncio.sleep(1.0)
+                continue
+            for request in requests:
+                await self._check_slots.acquire()
+                base.spawn(self._checks, self._answer_check(request))
+
+    async def _answer_check(self, msg: Message) -> None:
+        try:
+            state = LocalTransactionState.UNKNOWN
+            with _checking(msg.message_id):
+                state = protocol.as_state(await self.listener.check_local_transaction(msg))
+            await self._end(msg, state, from_check=True)
+        finally:
+            self._check_slots.release()
