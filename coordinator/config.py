@@ -7,16 +7,57 @@ them one to one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
+ENV_PREFIX = "COORDINATOR_"
+
+
+def env_name(field: str) -> str:
+    """The environment variable a setting is read from."""
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+@dataclass(frozen=True)
+class SettingsProblem:
+    field: str
+    value: Any
+    message: str
+
+
+class SettingsError(ValueError):
+    """Settings that do not validate: each wrong value with what is wrong with it."""
+
+    def __init__(self, problems: list[SettingsProblem], names: Mapping[str, str] | None = None):
+        self.problems = tuple(problems)
+        super().__init__(self.explain(names or {}))
+
+    @classmethod
+    def from_validation(
+        cls, error: ValidationError, names: Mapping[str, str] | None = None
+    ) -> SettingsError:
+        problems = [
+            SettingsProblem(".".join(map(str, e["loc"])), e["input"], e["msg"])
+            for e in error.errors()
+        ]
+        return cls(problems, names)
+
+    def explain(self, names: Mapping[str, str]) -> str:
+        """One sentence, each setting called what the user wrote (a flag, a variable)."""
+        return "; ".join(
+            f"{names.get(p.field, p.field)}={p.value!r}: {p.message[:1].lower()}{p.message[1:]}"
+            for p in self.problems
+        )
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="COORDINATOR_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     database_url: str | None = Field(
         default=None,
@@ -81,7 +122,6 @@ class Settings(BaseSettings):
         description="Group-commit transactions in flight at once, per kind of request.",
     )
 
-    # --- Check-back engine (issue 3) ---
     check_scheduler_enabled: bool = Field(
         default=True,
         description="Run the check-back job in this `coordinator serve` process.",
@@ -146,3 +186,52 @@ class Settings(BaseSettings):
         # A check immunity longer than retention would expire the message before
         # its first check-back ever ran, so retention is the natural ceiling.
         return self.retention_hours * 3600.0
+
+    @classmethod
+    def from_environment(cls, **values: Any) -> Self:
+        """Settings from COORDINATOR_* variables, `values` taking precedence.
+
+        A wrong value raises SettingsError naming its variable.
+        """
+        try:
+            return cls(**values)
+        except ValidationError as error:
+            names = {field: env_name(field) for field in cls.model_fields}
+            raise SettingsError.from_validation(error, names) from None
+
+    def to_environment(self) -> dict[str, str]:
+        """COORDINATOR_* variables that read back as these settings.
+
+        Every setting that is not None, secrets in clear: this is how `serve
+        --workers N` hands its settings to worker processes.
+        """
+        return {
+            env_name(field): _env_value(value)
+            for field in type(self).model_fields
+            if (value := getattr(self, field)) is not None
+        }
+
+    def with_overrides(self, **overrides: Any) -> Self:
+        """These settings with some values replaced, all validated again.
+
+        None means "not given" (a CLI flag left out) and keeps the value; a
+        wrong value raises SettingsError.
+        """
+        unknown = overrides.keys() - type(self).model_fields.keys()
+        if unknown:
+            raise TypeError(f"not settings: {', '.join(sorted(unknown))}")
+        changes = {field: value for field, value in overrides.items() if value is not None}
+        try:
+            # Every field is passed, so no environment variable can creep back in.
+            return type(self).model_validate({**self.model_dump(), **changes})
+        except ValidationError as error:
+            raise SettingsError.from_validation(error) from None
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    # str() of a float is its shortest exact form, of a Path its text.
+    return str(value)

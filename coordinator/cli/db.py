@@ -20,7 +20,7 @@ def upgrade(
     """Migrate the database up to REVISION (default: the latest)."""
     url = database_url_for(settings_from(ctx))
     migrate.upgrade(url, revision)
-    console.print(f"database at revision {', '.join(migrate.current_revisions(url)) or 'base'}")
+    _print_revision(url)
 
 
 @app.command()
@@ -31,6 +31,10 @@ def downgrade(
     """Migrate the database down to REVISION (base removes every table)."""
     url = database_url_for(settings_from(ctx))
     migrate.downgrade(url, revision)
+    _print_revision(url)
+
+
+def _print_revision(url: str) -> None:
     console.print(f"database at revision {', '.join(migrate.current_revisions(url)) or 'base'}")
 
 

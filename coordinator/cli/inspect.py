@@ -7,10 +7,9 @@ from datetime import timedelta
 import typer
 from rich.table import Table
 
-from coordinator.cli.common import console, run_async, settings_from
+from coordinator.cli.common import console, open_core, run_async
 from coordinator.cli.consumers import lag_table
 from coordinator.core import Coordinator
-from coordinator.db.ready import ready_database
 from coordinator.domain.errors import NotFound
 from coordinator.domain.messages import MessageRecord
 
@@ -24,72 +23,62 @@ def _age(delta: timedelta) -> str:
     return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
 
 
-def status(ctx: typer.Context) -> None:
+@run_async
+async def status(ctx: typer.Context) -> None:
     """Counts by state, producer group and topic, and the oldest pending transaction."""
-    url = ready_database(settings_from(ctx))
+    async with open_core(ctx) as core:
+        current = await core.status()
+        lags = await core.delivery.lag()
+    totals: dict[str, int] = {}
+    for c in current.counts:
+        totals[c.state.value] = totals.get(c.state.value, 0) + c.count
+    by_state = Table(title="Messages by state")
+    by_state.add_column("state")
+    by_state.add_column("messages", justify="right")
+    for state, count in sorted(totals.items()):
+        by_state.add_row(state, f"{count:,}")
+    if not totals:
+        by_state.add_row("(none)", "0")
+    console.print(by_state)
 
-    @run_async
-    async def show() -> None:
-        async with Coordinator.connect(url, settings_from(ctx)) as core:
-            current = await core.status()
-            lags = await core.delivery.lag()
-        totals: dict[str, int] = {}
-        for c in current.counts:
-            totals[c.state.value] = totals.get(c.state.value, 0) + c.count
-        by_state = Table(title="Messages by state")
-        by_state.add_column("state")
-        by_state.add_column("messages", justify="right")
-        for state, count in sorted(totals.items()):
-            by_state.add_row(state, f"{count:,}")
-        if not totals:
-            by_state.add_row("(none)", "0")
-        console.print(by_state)
-
-        detail = Table(title="By producer group and topic")
-        for column in ("producer group", "topic", "state"):
-            detail.add_column(column)
-        detail.add_column("messages", justify="right")
-        detail.add_column("oldest", justify="right")
-        for c in current.counts:
-            detail.add_row(
-                c.producer_group or "-",
-                c.topic,
-                c.state.value,
-                f"{c.count:,}",
-                c.oldest_born_at.strftime("%Y-%m-%d %H:%M:%S"),
-            )
-        console.print(detail)
-        oldest = current.oldest_pending
-        if oldest is None:
-            console.print("No pending transactions.")
-        else:
-            console.print(
-                f"{current.pending_total:,} pending; oldest: transaction "
-                f"{oldest.transaction_id} ({oldest.producer_group} -> {oldest.topic}), "
-                f"age {_age(oldest.age)}, checked {oldest.check_count} times",
-                highlight=False,
-            )
-        if lags:
-            console.print(lag_table(lags))
-
-    show()
+    detail = Table(title="By producer group and topic")
+    for column in ("producer group", "topic", "state"):
+        detail.add_column(column)
+    detail.add_column("messages", justify="right")
+    detail.add_column("oldest", justify="right")
+    for c in current.counts:
+        detail.add_row(
+            c.producer_group or "-",
+            c.topic,
+            c.state.value,
+            f"{c.count:,}",
+            c.oldest_born_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    console.print(detail)
+    oldest = current.oldest_pending
+    if oldest is None:
+        console.print("No pending transactions.")
+    else:
+        console.print(
+            f"{current.pending_total:,} pending; oldest: transaction "
+            f"{oldest.transaction_id} ({oldest.producer_group} -> {oldest.topic}), "
+            f"age {_age(oldest.age)}, checked {oldest.check_count} times",
+            highlight=False,
+        )
+    if lags:
+        console.print(lag_table(lags))
 
 
 @tx_app.command("show")
-def show(
+@run_async
+async def show(
     ctx: typer.Context,
     ident: str = typer.Argument(..., metavar="ID", help="Offset, transaction id or message id."),
 ) -> None:
     """One message with its history of state changes."""
-    url = ready_database(settings_from(ctx))
-
-    @run_async
-    async def lookup() -> None:
-        async with Coordinator.connect(url, settings_from(ctx)) as core:
-            record = await _find(core, ident)
-        _print_record(record)
-
-    lookup()
+    async with open_core(ctx) as core:
+        record = await _find(core, ident)
+    _print_record(record)
 
 
 async def _find(core: Coordinator, ident: str) -> MessageRecord:

@@ -8,10 +8,8 @@ from datetime import UTC, datetime
 import typer
 from rich.table import Table
 
-from coordinator.cli.common import console, run_async, settings_from
+from coordinator.cli.common import console, open_core, run_async, settings_from
 from coordinator.cli.inspect import _age, _find
-from coordinator.core import Coordinator
-from coordinator.db.ready import ready_database
 from coordinator.domain.checkback import OperatorResult
 from coordinator.domain.states import Resolution
 
@@ -24,49 +22,38 @@ def _describe(result: OperatorResult) -> str:
     return f"message {result.message_id} (offset {result.offset})"
 
 
-def recheck(ctx: typer.Context, ident: str = ID_ARGUMENT) -> None:
+@run_async
+async def recheck(ctx: typer.Context, ident: str = ID_ARGUMENT) -> None:
     """Re-arm a discarded message: prepared again, check count reset, checked back now."""
-    url = ready_database(settings_from(ctx))
-
-    @run_async
-    async def act() -> None:
-        async with Coordinator.connect(url, settings_from(ctx)) as core:
-            record = await _find(core, ident)
-            result = await core.checkback.recheck(record.offset)
-        console.print(
-            f"{_describe(result)} re-armed: prepared again with a fresh check budget; "
-            "it is checked back at the next round",
-            highlight=False,
-            soft_wrap=True,
-        )
-
-    act()
+    async with open_core(ctx) as core:
+        record = await _find(core, ident)
+        result = await core.checkback.recheck(record.offset)
+    console.print(
+        f"{_describe(result)} re-armed: prepared again with a fresh check budget; "
+        "it is checked back at the next round",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _resolver(resolution: Resolution, done: str) -> Callable[..., None]:
-    def resolve(ctx: typer.Context, ident: str = ID_ARGUMENT) -> None:
-        url = ready_database(settings_from(ctx))
-
-        @run_async
-        async def act() -> None:
-            async with Coordinator.connect(url, settings_from(ctx)) as core:
-                record = await _find(core, ident)
-                result = await core.checkback.resolve(record.offset, resolution)
-            if result.changed:
-                console.print(
-                    f"{_describe(result)} {done} by the operator "
-                    f"(was {result.previous_state.value})",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-            else:
-                console.print(
-                    f"{_describe(result)} is already {result.state.value}; nothing changed",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-
-        act()
+    @run_async
+    async def resolve(ctx: typer.Context, ident: str = ID_ARGUMENT) -> None:
+        async with open_core(ctx) as core:
+            record = await _find(core, ident)
+            result = await core.checkback.resolve(record.offset, resolution)
+        if result.changed:
+            console.print(
+                f"{_describe(result)} {done} by the operator (was {result.previous_state.value})",
+                highlight=False,
+                soft_wrap=True,
+            )
+        else:
+            console.print(
+                f"{_describe(result)} is already {result.state.value}; nothing changed",
+                highlight=False,
+                soft_wrap=True,
+            )
 
     resolve.__doc__ = (
         f"Resolve a prepared or discarded message by hand: {done} (recorded as operator)."
@@ -80,43 +67,37 @@ def add_tx_commands(tx_app: typer.Typer) -> None:
     tx_app.command("rollback")(_resolver(Resolution.ROLLBACK, "rolled back"))
 
 
-def producers(
+@run_async
+async def producers(
     ctx: typer.Context,
     group: str | None = typer.Option(None, "--group", "-g", help="Only this producer group."),
 ) -> None:
     """Registered producer instances: how they get check-backs and whether they are live."""
-    settings = settings_from(ctx)
-    url = ready_database(settings)
-
-    @run_async
-    async def show() -> None:
-        async with Coordinator.connect(url, settings) as core:
-            found = await core.checkback.producers(group)
-        if not found:
-            console.print("No producer instances registered.")
-            return
-        table = Table(title="Producer instances")
-        for column in ("producer group", "instance", "mode", "check URL", "live", "last seen"):
-            table.add_column(column)
-        table.add_column("registered")
-        now = datetime.now(UTC)
-        for p in found:
-            table.add_row(
-                p.producer_group,
-                p.instance_id,
-                p.mode.value,
-                p.check_url or "-",
-                "yes" if p.live else "no",
-                f"{_age(now - p.last_seen_at)} ago",
-                p.registered_at.isoformat(timespec="seconds"),
-            )
-        console.print(table)
-        live = sum(p.live for p in found)
-        console.print(
-            f"{live} of {len(found)} instances live (heard from within "
-            f"{settings.producer_ttl_seconds:g} s)",
-            highlight=False,
-            soft_wrap=True,
+    async with open_core(ctx) as core:
+        found = await core.checkback.producers(group)
+    if not found:
+        console.print("No producer instances registered.")
+        return
+    table = Table(title="Producer instances")
+    for column in ("producer group", "instance", "mode", "check URL", "live", "last seen"):
+        table.add_column(column)
+    table.add_column("registered")
+    now = datetime.now(UTC)
+    for p in found:
+        table.add_row(
+            p.producer_group,
+            p.instance_id,
+            p.mode.value,
+            p.check_url or "-",
+            "yes" if p.live else "no",
+            f"{_age(now - p.last_seen_at)} ago",
+            p.registered_at.isoformat(timespec="seconds"),
         )
-
-    show()
+    console.print(table)
+    live = sum(p.live for p in found)
+    console.print(
+        f"{live} of {len(found)} instances live (heard from within "
+        f"{settings_from(ctx).producer_ttl_seconds:g} s)",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -25,13 +25,13 @@ from rich.table import Table
 from coordinator.cli.common import (
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
+    EXIT_USAGE,
     console,
     err_console,
     fail,
     make_settings,
-    settings_from,
+    ready_url,
 )
-from coordinator.db.ready import ready_database
 from coordinator.db.urls import libpq_url, redact
 from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
 from coordinator.pipeline.durations import parse_duration, parse_moment
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from coordinator.pipeline.report import ReportResult
 
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 EXIT_INCONSISTENT = 6
 EXIT_NOT_VERIFIED = 7
 LOG_WIDTH = 160
@@ -92,13 +91,6 @@ def _usage(value: str, parse: Callable[[str], T]) -> T:
         return parse(value)
     except ValueError as error:
         raise fail(str(error), EXIT_USAGE) from None
-
-
-def _database(ctx: typer.Context) -> str:
-    try:
-        return ready_database(settings_from(ctx))
-    except psycopg.OperationalError as error:
-        raise fail(f"cannot reach the database: {error}", EXIT_UNAVAILABLE) from None
 
 
 def _partitions(spark: SparkSession, requested: int | None) -> int:
@@ -173,7 +165,7 @@ def report(
 ) -> None:
     """Lifecycle figures per producer group, topic and hour: Parquet, charts, HTML."""
     moment = _usage(as_of, parse_moment) if as_of else None
-    url = _database(ctx)
+    url = ready_url(ctx)
 
     def job(spark: SparkSession) -> ReportResult:
         from coordinator.pipeline.progress import ConsoleProgress
@@ -238,7 +230,7 @@ def archive(
     age = _usage(older_than, parse_duration)
     if age <= timedelta(0):
         raise fail("--older-than must be positive", EXIT_USAGE)
-    url = _database(ctx)
+    url = ready_url(ctx)
 
     def job(spark: SparkSession) -> list[RunManifest]:
         from coordinator.pipeline.archive import ArchiveOptions, run_archive
@@ -326,7 +318,7 @@ def audit(
     threshold = _usage(pending_longer_than, parse_duration)
     moment = _usage(as_of, parse_moment) if as_of else None
     _usage(match_on, parse_match_on)
-    url = _database(ctx)
+    url = ready_url(ctx)
     producer_url = libpq_url(producer_database_url) if producer_database_url else url
 
     def job(spark: SparkSession) -> AuditResult:

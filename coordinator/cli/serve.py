@@ -9,23 +9,24 @@ from typing import Any
 
 import typer
 import uvicorn
-from pydantic import SecretStr
 
-from coordinator.cli.common import console, settings_from
+from coordinator.cli.common import console, settings_with_flags
+from coordinator.config import Settings
 from coordinator.db.ready import ready_database
 from coordinator.db.urls import redact
 from coordinator.http import create_app
 from coordinator.http.protocol import CoalescingHttpToolsProtocol
 
 
+# Every parameter but `workers` is named after the setting it overrides.
 def serve(
     ctx: typer.Context,
     host: str | None = typer.Option(None, help="Listen address [default: 127.0.0.1]."),
     port: int | None = typer.Option(None, help="Listen port [default: 8080]."),
-    transaction_timeout: float | None = typer.Option(
+    transaction_timeout_seconds: float | None = typer.Option(
         None, "--transaction-timeout", help="Seconds before the first check-back [default: 6]."
     ),
-    check_interval: float | None = typer.Option(
+    check_interval_seconds: float | None = typer.Option(
         None, "--check-interval", help="Seconds between check-backs [default: 60]."
     ),
     check_max: int | None = typer.Option(
@@ -50,19 +51,7 @@ def serve(
     ),
 ) -> None:
     """Start the coordinator (embedded PostgreSQL unless a database URL is set)."""
-    base = settings_from(ctx)
-    overrides = {
-        "host": host,
-        "port": port,
-        "transaction_timeout_seconds": transaction_timeout,
-        "check_interval_seconds": check_interval,
-        "check_max": check_max,
-        "retention_hours": retention_hours,
-        "max_body_bytes": max_body_bytes,
-        "reject_transactional_messages": reject_transactional_messages,
-    }
-    settings = base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    settings = type(settings).model_validate(settings.model_dump())  # re-check the flags
+    settings = settings_with_flags(ctx, not_settings={"workers"})
     url = ready_database(settings)
     where = redact(url) if settings.database_url else f"embedded, data in {settings.data_dir}"
     console.print(f"database: {where}", highlight=False)
@@ -70,11 +59,31 @@ def serve(
         f"coordinator listening on http://{settings.host}:{settings.port} (API docs at /docs)",
         highlight=False,
     )
-    # Access lines are INFO, below log_level: access_log=False also skips
-    # building each one, which the hot routes would otherwise pay for.
-    server_options: dict[str, Any] = {
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
+    # with the handler it found. The default handler would end the process
+    # without running atexit hooks, and the embedded server's hook stops
+    # Postgres: exit as on SIGINT instead, so nothing is left running.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    if workers == 1:
+        uvicorn.run(create_app(url, settings), **_server_options(settings))
+        return
+    # Worker processes import the app by name and read their settings back
+    # from the environment, with the database already resolved and migrated.
+    os.environ.update(settings.with_overrides(database_url=url).to_environment())
+    uvicorn.run(
+        "coordinator.http.app:app_from_environment",
+        factory=True,
+        workers=workers,
+        **_server_options(settings),
+    )
+
+
+def _server_options(settings: Settings) -> dict[str, Any]:
+    return {
         "host": settings.host,
         "port": settings.port,
+        # Access lines are INFO, below log_level: access_log=False also skips
+        # building each one, which the hot routes would otherwise pay for.
         "log_level": "warning",
         "access_log": False,
         "http": CoalescingHttpToolsProtocol,
@@ -82,29 +91,6 @@ def serve(
         # uvicorn's proxy-header middleware would parse every request for.
         "proxy_headers": False,
     }
-    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
-    # with the handler it found. The default handler would end the process
-    # without running atexit hooks, and the embedded server's hook stops
-    # Postgres: exit as on SIGINT instead, so nothing is left running.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    if workers == 1:
-        uvicorn.run(create_app(url, settings), **server_options)
-        return
-    # Worker processes import the app by name and read their settings back
-    # from the environment, with the database already resolved and migrated.
-    for name in type(settings).model_fields:
-        value = getattr(settings, name)
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()  # model_dump would mask it
-        if value is not None:
-            os.environ[f"COORDINATOR_{name.upper()}"] = str(value)
-    os.environ["COORDINATOR_DATABASE_URL"] = url
-    uvicorn.run(
-        "coordinator.http.app:app_from_environment",
-        factory=True,
-        workers=workers,
-        **server_options,
-    )
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -46,9 +46,10 @@ def app_from_environment() -> HotRoutes:
     """The app of one `coordinator serve --workers N` process.
 
     The parent resolved the database (embedded or configured) and put every
-    setting into COORDINATOR_* variables, which each worker reads back.
+    setting into COORDINATOR_* variables (Settings.to_environment), which
+    each worker reads back.
     """
-    settings = Settings()
+    settings = Settings.from_environment()
     if not settings.database_url:
         raise RuntimeError("COORDINATOR_DATABASE_URL must be set for serve workers")
     return create_app(settings.database_url, settings)

@@ -79,3 +79,35 @@ def test_db_commands_migrate_down_and_up(database_url: str) -> None:
 def test_a_bad_flag_is_a_usage_error(database_url: str) -> None:
     result = runner.invoke(app, ["serve", "--port", "not-a-port"])
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "sentence"),
+    [
+        (["--check-max", "0"], "--check-max=0: input should be greater than or equal to 1"),
+        (["--port", "70000"], "--port=70000: input should be less than or equal to 65535"),
+        (["--transaction-timeout", "0"], "--transaction-timeout=0.0: input should be greater"),
+    ],
+)
+def test_a_flag_out_of_range_is_a_usage_error(flags: list[str], sentence: str) -> None:
+    result = runner.invoke(app, ["serve", *flags], catch_exceptions=False)
+    assert result.exit_code == 2
+    assert sentence in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_wrong_setting_in_the_environment_is_a_sentence() -> None:
+    result = runner.invoke(
+        app, ["status"], env={"COORDINATOR_CHECK_MAX": "0"}, catch_exceptions=False
+    )
+    assert result.exit_code == 2
+    assert "COORDINATOR_CHECK_MAX='0': input should be greater than or equal to 1" in (
+        result.output
+    )
+
+
+def test_an_unreachable_database_exits_5_with_a_sentence() -> None:
+    url = "postgresql://nobody@/nowhere?host=/nonexistent"
+    result = runner.invoke(app, ["--database-url", url, "status"], catch_exceptions=False)
+    assert result.exit_code == 5
+    assert "cannot reach the database" in result.output

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+from pathlib import Path
 
-from coordinator.config import Settings
+import pytest
+from pydantic import SecretStr
+
+from coordinator.config import Settings, SettingsError
 from coordinator.db.queries import all_queries, parse_queries
 from coordinator.db.urls import libpq_url, redact, sqlalchemy_url
 
@@ -34,6 +38,78 @@ def test_invalid_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COORDINATOR_CHECK_MAX", "0")
     with pytest.raises(ValueError, match="check_max"):
         Settings()
+
+
+@pytest.fixture
+def no_coordinator_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in os.environ:
+        if name.startswith("COORDINATOR_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_settings_read_back_from_their_environment(
+    no_coordinator_environment: pytest.MonkeyPatch,
+) -> None:
+    original = Settings(
+        database_url="postgresql://u:p%40ss@h:5433/db?sslmode=require",
+        data_dir=Path("/var/lib/coordinator data"),
+        port=9090,
+        transaction_timeout_seconds=0.1 + 0.2,  # no short decimal form
+        check_max=3,
+        retention_hours=1e-3,
+        reject_transactional_messages=True,
+        check_scheduler_enabled=False,
+        check_backoff=True,
+        check_backoff_factor=1.5,
+        check_push_secret=SecretStr("s3cret with spaces & $igns"),
+    )
+    environment = original.to_environment()
+    assert environment["COORDINATOR_CHECK_PUSH_SECRET"] == "s3cret with spaces & $igns"
+    assert environment["COORDINATOR_CHECK_SCHEDULER_ENABLED"] == "false"
+    assert environment.keys() == {f"COORDINATOR_{name.upper()}" for name in Settings.model_fields}
+    for name, value in environment.items():
+        no_coordinator_environment.setenv(name, value)
+    assert Settings() == original
+    assert Settings.from_environment() == original
+
+
+def test_unset_settings_stay_out_of_the_environment(
+    no_coordinator_environment: pytest.MonkeyPatch,
+) -> None:
+    environment = Settings().to_environment()
+    assert "COORDINATOR_DATABASE_URL" not in environment
+    assert "COORDINATOR_CHECK_PUSH_SECRET" not in environment
+
+
+def test_overrides_replace_given_values_and_keep_the_rest(
+    no_coordinator_environment: pytest.MonkeyPatch,
+) -> None:
+    base = Settings(check_max=7, check_push_secret=SecretStr("k"))
+    # Only the values given count, not what the environment says by now.
+    no_coordinator_environment.setenv("COORDINATOR_CHECK_MAX", "3")
+    changed = base.with_overrides(port=9000, check_max=None, retention_hours=1.5)
+    assert (changed.port, changed.check_max, changed.retention_hours) == (9000, 7, 1.5)
+    assert changed.check_push_secret == SecretStr("k")
+    assert base.port == 8080  # the original is untouched
+
+
+def test_overrides_are_validated() -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings().with_overrides(check_max=0, port=70000, host="0.0.0.0")
+    assert {p.field for p in refused.value.problems} == {"check_max", "port"}
+    assert "check_max=0: input should be greater than or equal to 1" in str(refused.value)
+    assert "--port=70000" in refused.value.explain({"port": "--port"})
+    with pytest.raises(TypeError, match="not settings: colour"):
+        Settings().with_overrides(colour="blue")
+
+
+def test_a_wrong_variable_is_named_in_the_error(
+    no_coordinator_environment: pytest.MonkeyPatch,
+) -> None:
+    no_coordinator_environment.setenv("COORDINATOR_RETENTION_HOURS", "soon")
+    with pytest.raises(SettingsError, match="COORDINATOR_RETENTION_HOURS='soon'"):
+        Settings.from_environment()
 
 
 def test_urls_convert_between_libpq_and_sqlalchemy() -> None:
