@@ -13,7 +13,7 @@ Exit codes a scheduler can act on:
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,6 +35,7 @@ from coordinator.cli.common import (
 from coordinator.db.urls import libpq_url, redact
 from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
 from coordinator.pipeline.durations import parse_duration, parse_moment
+from coordinator.pipeline.report_page import display_value
 from coordinator.pipeline.session import MASTER_ENV, parse_conf
 
 # pyspark (the optional 'pipeline' extra) is imported when a job runs, so the
@@ -138,15 +139,7 @@ def _out() -> Console:
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    return str(value)
+    return display_value(value, decimals=2)
 
 
 @app.command()

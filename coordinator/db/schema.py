@@ -113,7 +113,7 @@ message_history = Table(
     metadata,
     Column("id", BigInteger, Identity(always=True), primary_key=True),
     # No foreign key: a history row is written by the statement that writes
-    # its message, and a per-row key check cost more than the row (0004).
+    # its message, and a per-row key check cost more than the row.
     # Deleting a message deletes its history (trigger messages_deleted).
     Column("message_offset", BigInteger, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
@@ -157,7 +157,7 @@ deliveries = Table(
     "deliveries",
     metadata,
     Column("id", BigInteger, Identity(always=True), primary_key=True),
-    # No foreign keys (0004): the fan-out trigger writes a delivery from the
+    # No foreign keys: the fan-out trigger writes a delivery from the
     # message and subscription it has just read (and key-share locked), and
     # deleting either deletes its deliveries (triggers messages_deleted,
     # subscriptions_deleted), as ON DELETE CASCADE did.

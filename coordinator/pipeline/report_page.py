@@ -24,16 +24,21 @@ th { background: #f5f5f5; }
 """
 
 
-def _cell(value: Any) -> str:
+def display_value(value: Any, *, decimals: int) -> str:
+    """A figure as people read it: thousands separated, times to the second, None as '-'."""
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:,.3f}"
+        return f"{value:,.{decimals}f}"
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
-    return escape(str(value))
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    return escape(display_value(value, decimals=3))
 
 
 def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
