@@ -12,6 +12,12 @@ in pydantic-core), and calls the route's own endpoint function from
 routes.py. FastAPI still declares and documents these routes (OpenAPI); only
 the dispatch is skipped. Every other request goes on to the FastAPI app.
 
+Which routes are hot is marked once, with `routes.hot` on the endpoint; the
+table is built at startup from the FastAPI app's own routes (path, methods,
+body model, path parameters), so a hot route cannot drift from the route it
+stands for. An endpoint that needs more than HotRoutes supplies (query or
+header parameters, other dependencies, the request) is refused at startup.
+
 HotRoutes is the outermost app uvicorn serves, not a middleware inside
 FastAPI: FastAPI wraps even its user middleware in four layers of its own
 (error pages, telemetry, body limit, Starlette's dispatch), another 10% of
@@ -24,51 +30,150 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI
-from pydantic import BaseModel, ValidationError
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.convertors import StringConvertor
 from starlette.responses import Response
+from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
 
-from coordinator.core import Coordinator
 from coordinator.domain.errors import CoordinatorError
-from coordinator.domain.rules import ID_MAX_LENGTH
-from coordinator.http import routes
 from coordinator.http.errors import core_error_response, error_response, validation_error_response
-from coordinator.http.schemas import BatchIn, EndBatchIn, EndIn, MessageIn
+from coordinator.http.routes import HOT_ENDPOINTS, coordinator
 
 Endpoint = Callable[..., Awaitable[Response]]
 
-# /v1/transactions/{transaction_id}/end, as FastAPI matches it: one path segment.
-END_PATH = re.compile(r"/v1/transactions/(?P<transaction_id>[^/]+)/end")
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HotRoute:
+    path: str  # the template, as the FastAPI route declares it
+    pattern: re.Pattern[str] | None  # compiled from the template; None without parameters
     endpoint: Endpoint
     body_model: type[BaseModel]
+    body_param: str  # the keywords the endpoint takes the body and the core as
+    core_param: str
+    # Each path parameter's name and the pydantic-core validator of its declared
+    # type and constraints (Path(max_length=...)).
+    path_params: tuple[tuple[str, Any], ...] = ()
 
 
-# POST routes by exact path; the end route is matched by END_PATH.
-HOT_ROUTES: dict[str, HotRoute] = {
-    "/v1/transactions": HotRoute(routes.prepare, MessageIn),
-    "/v1/transactions/batch": HotRoute(routes.prepare_batch, BatchIn),
-    "/v1/transactions/end-batch": HotRoute(routes.end_batch, EndBatchIn),
-    "/v1/messages": HotRoute(routes.send, MessageIn),
-    "/v1/messages/batch": HotRoute(routes.send_batch, BatchIn),
-}
-END_ROUTE = HotRoute(routes.end, EndIn)
+@dataclass(frozen=True, slots=True)
+class MethodTable:
+    exact: dict[str, HotRoute]  # routes without parameters, by path
+    templated: tuple[HotRoute, ...]  # in the app's order, as FastAPI tries them
+
+
+def api_routes(app: FastAPI) -> list[Any]:
+    """The app's APIRoutes with their effective paths, included routers expanded.
+
+    FastAPI from 0.137 keeps an included router as one node of `app.routes`,
+    which `iter_route_contexts` expands; older releases (pyproject.toml allows
+    them) list the included routes themselves.
+    """
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:
+        return [route for route in app.routes if isinstance(route, APIRoute)]
+    return [
+        context
+        for context in iter_route_contexts(app.routes)
+        if isinstance(context.original_route, APIRoute)
+    ]
+
+
+# What FastAPI can hand an endpoint that HotRoutes does not.
+_UNSUPPLIED = (
+    "query_params",
+    "header_params",
+    "cookie_params",
+    "request_param_name",
+    "websocket_param_name",
+    "http_connection_param_name",
+    "response_param_name",
+    "background_tasks_param_name",
+    "security_scopes_param_name",
+)
+
+
+def hot_route(route: Any) -> HotRoute:
+    """The HotRoute for one FastAPI route, or TypeError if HotRoutes cannot
+    serve it exactly as FastAPI would."""
+    dependant = route.dependant
+
+    def refuse(why: str) -> TypeError:
+        return TypeError(
+            f"hot route {route.endpoint.__qualname__} ({route.path}): {why}; "
+            "serve it through FastAPI (drop @hot)"
+        )
+
+    for needed in _UNSUPPLIED:
+        if getattr(dependant, needed, None):
+            raise refuse(f"it takes {needed.removesuffix('_param_name').replace('_', ' ')}")
+    for dependency in dependant.dependencies:
+        if dependency.call is not coordinator or not dependency.name:
+            raise refuse(f"it depends on {dependency.call!r}; only the core is supplied")
+    if len(dependant.dependencies) != 1:
+        raise refuse("it must take the core once (Depends(routes.coordinator))")
+    if len(dependant.body_params) != 1:
+        raise refuse("it needs exactly one body parameter")
+    body = dependant.body_params[0]
+    model = body.field_info.annotation
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise refuse(f"its body is {model!r}, not a pydantic model")
+    if route.body_field is None or route.body_field.field_info.annotation is not model:
+        raise refuse("its body is embedded in an object")
+    regex, _, convertors = compile_path(route.path)
+    if any(not isinstance(convertor, StringConvertor) for convertor in convertors.values()):
+        raise refuse("its path has a typed parameter ({name:type})")
+    path_params = []
+    for param in dependant.path_params:
+        if param.alias != param.name or param.alias not in convertors:
+            raise refuse(f"its path parameter {param.name} is not {{{param.name}}} in the path")
+        declared = Annotated[param.field_info.annotation, param.field_info]
+        path_params.append((param.name, TypeAdapter(declared).validator))
+    return HotRoute(
+        path=route.path,
+        pattern=regex if convertors else None,
+        endpoint=route.endpoint,
+        body_model=model,
+        body_param=body.name,
+        core_param=dependant.dependencies[0].name,
+        path_params=tuple(path_params),
+    )
+
+
+def hot_table(app: FastAPI) -> dict[str, MethodTable]:
+    """The routes of `app` whose endpoints are marked hot, by method."""
+    exact: dict[str, dict[str, HotRoute]] = {}
+    templated: dict[str, list[HotRoute]] = {}
+    for route in api_routes(app):
+        if route.endpoint not in HOT_ENDPOINTS:
+            continue
+        served = hot_route(route)
+        for method in route.methods:
+            if served.pattern is not None:
+                templated.setdefault(method, []).append(served)
+            else:
+                # FastAPI answers the first route declared for a path
+                exact.setdefault(method, {}).setdefault(route.path, served)
+    return {
+        method: MethodTable(exact.get(method, {}), tuple(templated.get(method, ())))
+        for method in exact.keys() | templated.keys()
+    }
 
 
 class HotRoutes:
-    """The served ASGI app: refuses oversized requests, answers the hot POST
+    """The served ASGI app: refuses oversized requests, answers the hot
     routes, and passes everything else (and the lifespan) to FastAPI."""
 
     def __init__(self, app: FastAPI, max_bytes: int) -> None:
         self.app = app
         self.state = app.state  # the lifespan puts the core there
         self.max_bytes = max_bytes
+        self.table = hot_table(app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -78,17 +183,35 @@ class HotRoutes:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        if scope["method"] == "POST":
-            path: str = scope["path"]
-            route = HOT_ROUTES.get(path)
-            path_params: dict[str, str] = {}
-            if route is None and (match := END_PATH.fullmatch(path)) is not None:
-                route, path_params = END_ROUTE, match.groupdict()
+        table = self.table.get(scope["method"])
+        if table is not None:
+            # match(), inline: on the hot path the call would cost more than the lookup
+            path = scope["path"]
+            route = table.exact.get(path)
             if route is not None:
-                response = await self._answer(route, path_params, receive)
+                response = await self._answer(route, None, receive)
                 await response(scope, receive, send)
                 return
+            for route in table.templated:
+                if (found := route.pattern.match(path)) is not None:  # type: ignore[union-attr]
+                    response = await self._answer(route, found.groupdict(), receive)
+                    await response(scope, receive, send)
+                    return
         await self.app(scope, receive, send)
+
+    def match(self, method: str, path: str) -> tuple[HotRoute, dict[str, str] | None] | None:
+        """The hot route for a request, with the raw path parameters of a
+        templated one: exact paths by dict, regexes only after."""
+        table = self.table.get(method)
+        if table is None:
+            return None
+        route = table.exact.get(path)
+        if route is not None:
+            return route, None
+        for route in table.templated:
+            if (found := route.pattern.match(path)) is not None:  # type: ignore[union-attr]
+                return route, found.groupdict()
+        return None
 
     def _refuse_declared_size(self, scope: Scope) -> Response | None:
         """HTTP 413 for a Content-Length over max_bytes, before reading the body."""
@@ -105,30 +228,34 @@ class HotRoutes:
         return None
 
     async def _answer(
-        self, route: HotRoute, path_params: dict[str, str], receive: Receive
+        self, route: HotRoute, raw_params: dict[str, str] | None, receive: Receive
     ) -> Response:
         body = await self._read_body(receive)
         if body is None:
             return error_response(
                 413, "request_too_large", f"at most {self.max_bytes} bytes are accepted"
             )
-        transaction_id = path_params.get("transaction_id")
-        if transaction_id is not None and len(transaction_id) > ID_MAX_LENGTH:
-            return validation_error_response(
-                [
-                    {
-                        "loc": ("path", "transaction_id"),
-                        "msg": f"String should have at most {ID_MAX_LENGTH} characters",
-                    }
-                ]
-            )
+        path_arguments: dict[str, Any] = {}
+        if raw_params is not None:
+            for name, validator in route.path_params:
+                try:
+                    path_arguments[name] = validator.validate_python(raw_params[name])
+                except ValidationError as error:
+                    return validation_error_response(
+                        [
+                            {**item, "loc": ("path", name, *item["loc"])}
+                            for item in error.errors(include_url=False)
+                        ]
+                    )
         try:
             parsed = route.body_model.model_validate_json(body)
         except ValidationError as error:
             return validation_error_response(error.errors(include_url=False))
-        core: Coordinator = self.state.coordinator
         try:
-            return await route.endpoint(parsed, core=core, **path_params)
+            return await route.endpoint(
+                **{route.body_param: parsed, route.core_param: self.state.coordinator},
+                **path_arguments,
+            )
         except CoordinatorError as error:
             return core_error_response(error)
 

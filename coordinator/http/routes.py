@@ -1,10 +1,14 @@
 """Routes: translate HTTP to core calls and back. No SQL here.
 
-The sending and ending routes are dispatched by hot_routes.HotRoutes, which
-calls these same endpoint functions with the validated body and the core.
+The sending and ending routes are marked `@hot`: hot_routes.HotRoutes finds
+them among the app's routes and calls these same endpoint functions with the
+validated body and the core, without FastAPI's dispatch.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
@@ -39,8 +43,29 @@ ERRORS = {
     409: {"model": ErrorOut, "description": "State conflict, producer group or id mismatch"},
     422: {"model": ErrorOut, "description": "Malformed request body"},
 }
+# The routes that read a body also refuse one over max_request_bytes.
+BODY_ERRORS = {
+    **ERRORS,
+    413: {"model": ErrorOut, "description": "Request body over the size limit"},
+}
 
 router = APIRouter()
+
+EndpointT = TypeVar("EndpointT", bound=Callable[..., Any])
+
+# The endpoints hot_routes.HotRoutes serves itself; the path, method and body
+# model of each are read from its FastAPI route, so there is one declaration.
+HOT_ENDPOINTS: set[Callable[..., Any]] = set()
+
+
+def hot(endpoint: EndpointT) -> EndpointT:
+    """Serve this route through hot_routes.HotRoutes (see its docstring).
+
+    The endpoint must take one pydantic body, path parameters and the core,
+    and return a Response; HotRoutes refuses at startup one that does not.
+    """
+    HOT_ENDPOINTS.add(endpoint)
+    return endpoint
 
 
 async def coordinator(request: Request) -> Coordinator:
@@ -61,10 +86,11 @@ async def health(response: Response, core: Coordinator = Depends(coordinator)) -
     "/v1/transactions",
     response_model=SendResultOut,
     status_code=201,
-    responses={200: {"model": SendResultOut, "description": "Idempotent retry"}, **ERRORS},
+    responses={200: {"model": SendResultOut, "description": "Idempotent retry"}, **BODY_ERRORS},
     tags=["transactions"],
     summary="Send a half (prepared) message",
 )
+@hot
 async def prepare(body: MessageIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
     result = await core.prepare(body.to_message())
     return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
@@ -73,10 +99,11 @@ async def prepare(body: MessageIn, core: Coordinator = Depends(coordinator)) -> 
 @router.post(
     "/v1/transactions/batch",
     response_model=BatchOut,
-    responses=ERRORS,
+    responses=BODY_ERRORS,
     tags=["transactions"],
     summary="Send many half messages in one database transaction",
 )
+@hot
 async def prepare_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
     results = await core.prepare_batch([m.to_message() for m in body.messages])
     return JSONResponse({"results": [send_result_json(r) for r in results]})
@@ -85,10 +112,11 @@ async def prepare_batch(body: BatchIn, core: Coordinator = Depends(coordinator))
 @router.post(
     "/v1/transactions/{transaction_id}/end",
     response_model=EndResultOut,
-    responses=ERRORS,
+    responses=BODY_ERRORS,
     tags=["transactions"],
     summary="Commit, roll back, or report UNKNOWN for a half message",
 )
+@hot
 async def end(
     body: EndIn,
     transaction_id: str = Path(max_length=ID_MAX_LENGTH),
@@ -109,10 +137,11 @@ async def end(
 @router.post(
     "/v1/transactions/end-batch",
     response_model=EndBatchOut,
-    responses=ERRORS,
+    responses=BODY_ERRORS,
     tags=["transactions"],
     summary="End many transactions in one database transaction, each with its own outcome",
 )
+@hot
 async def end_batch(body: EndBatchIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
     requests = [
         EndRequest(
@@ -151,16 +180,20 @@ async def get_by_transaction(
     "/v1/messages",
     response_model=SendResultOut,
     status_code=201,
-    responses={200: {"model": SendResultOut, "description": "Idempotent retry"}, **ERRORS},
+    responses={200: {"model": SendResultOut, "description": "Idempotent retry"}, **BODY_ERRORS},
     tags=["messages"],
     summary="Send a normal (non-transactional) message",
 )
+@hot
 async def send(body: MessageIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
     result = await core.send(body.to_message())
     return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
 
 
-@router.post("/v1/messages/batch", response_model=BatchOut, responses=ERRORS, tags=["messages"])
+@router.post(
+    "/v1/messages/batch", response_model=BatchOut, responses=BODY_ERRORS, tags=["messages"]
+)
+@hot
 async def send_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
     results = await core.send_batch([m.to_message() for m in body.messages])
     return JSONResponse({"results": [send_result_json(r) for r in results]})

@@ -3,6 +3,10 @@
 Message bodies travel as base64 (`body_base64`); `body_text` is a UTF-8
 convenience for textual payloads. Responses carry both when the body is
 valid UTF-8.
+
+The `*_json` functions build the hot routes' answers as plain dicts, skipping
+the response models; tests/unit/test_hot_routes_contract.py holds what they
+answer to the models the routes declare.
 """
 
 from __future__ import annotations
@@ -250,3 +254,6 @@ class HealthOut(BaseModel):
 class ErrorOut(BaseModel):
     error: str = Field(description="A stable code, e.g. state_conflict.")
     message: str = Field(description="What went wrong, for people.")
+    current_state: str | None = Field(
+        default=None, description="On a state_conflict: the state the message is in."
+    )

@@ -3,8 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
 
-from coordinator.http.protocol import FLUSH_BYTES, _CoalescingTransport
+import uvicorn
+from starlette.types import Receive, Scope, Send
+from uvicorn.server import ServerState
+
+from coordinator.http.protocol import (
+    FLUSH_BYTES,
+    CoalescingHttpToolsProtocol,
+    _CoalescingTransport,
+)
+
+# The private uvicorn class protocol.py subclasses; pyproject.toml bounds
+# uvicorn's version because of it.
+UVICORN_MODULE = "uvicorn.protocols.http.httptools_impl"
+UVICORN_CLASS = "HttpToolsProtocol"
+RAISED_BOUND = (
+    "coordinator/http/protocol.py subclasses uvicorn's private "
+    f"{UVICORN_MODULE}.{UVICORN_CLASS} (uvicorn {uvicorn.__version__} installed): "
+)
 
 
 class RecordingTransport(asyncio.Transport):
@@ -78,3 +97,51 @@ def test_a_long_response_is_sent_as_it_grows_not_held_until_the_turn_ends() -> N
         return sent_within_the_turn
 
     assert asyncio.run(scenario()) == [b"x" * FLUSH_BYTES, b"x" * FLUSH_BYTES]
+
+
+def test_uvicorn_still_has_the_class_and_hook_the_protocol_overrides() -> None:
+    module = importlib.import_module(UVICORN_MODULE)
+    base = getattr(module, UVICORN_CLASS, None)
+    assert base is not None, RAISED_BOUND + "the class is gone"
+    assert issubclass(CoalescingHttpToolsProtocol, base)
+    hook = getattr(base, "connection_made", None)
+    assert hook is not None, RAISED_BOUND + "it no longer has connection_made"
+    assert list(inspect.signature(hook).parameters) == ["self", "transport"], (
+        RAISED_BOUND + f"connection_made is now {inspect.signature(hook)}"
+    )
+
+
+async def _two_byte_answer(scope: Scope, receive: Receive, send: Send) -> None:
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+def test_a_response_served_by_uvicorn_through_the_protocol_leaves_in_one_write() -> None:
+    # The subclass swaps the transport uvicorn is given in connection_made;
+    # that saves a write only while uvicorn writes every response through it.
+    async def scenario() -> list[bytes]:
+        config = uvicorn.Config(
+            _two_byte_answer, http=CoalescingHttpToolsProtocol, lifespan="off", access_log=False
+        )
+        protocol = CoalescingHttpToolsProtocol(  # as uvicorn's server builds it
+            config=config, server_state=ServerState(), app_state={}
+        )
+        real = RecordingTransport()
+        protocol.connection_made(real)
+        assert isinstance(protocol.transport, _CoalescingTransport), (
+            RAISED_BOUND + "self.transport is no longer the transport connection_made was given"
+        )
+        protocol.data_received(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
+        for _ in range(5):
+            await _turn()
+        protocol.connection_lost(None)
+        return real.writes
+
+    writes = asyncio.run(scenario())
+    assert len(writes) == 1, (
+        RAISED_BOUND + f"a response reached the socket in {len(writes)} writes, not one: "
+        "uvicorn writes some of it past the transport given to connection_made"
+    )
+    assert writes[0].startswith(b"HTTP/1.1 200 OK\r\n") and writes[0].endswith(b"\r\n\r\n{}")

@@ -1,0 +1,357 @@
+"""The hot routes are the FastAPI routes they stand for, and answer what those declare.
+
+HotRoutes (coordinator/http/hot_routes.py) serves the sending and ending
+routes without FastAPI's dispatch, and their endpoints build their JSON
+answers by hand (schemas.send_result_json, ...) instead of through the
+declared response models. These tests hold both to the declarations: the
+table against the app's routes and OpenAPI document, the answers (taken raw
+off a live server, built from real results) against the models the route
+declares for their status codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import APIRouter, Body, Depends, FastAPI, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.routing import Match
+from starlette.types import Receive, Scope, Send
+
+from coordinator.config import Settings
+from coordinator.http import create_app, routes
+from coordinator.http.hot_routes import HotRoute, HotRoutes, api_routes
+from coordinator.http.schemas import ErrorOut
+from tests.conftest import LiveServer
+from tests.factories import GROUP, TOPIC
+
+# The routes every transactional message goes through (prepare, then end):
+# served by HotRoutes for speed, which is lost without a word if one drops out.
+EXPECTED_HOT = {"prepare", "prepare_batch", "end", "end_batch", "send", "send_batch"}
+
+
+@pytest.fixture(scope="module")
+def served() -> HotRoutes:
+    # The app is only built here: the database is opened by its lifespan.
+    return create_app("postgresql://nobody@/never-opened")
+
+
+def _hot_routes(served: HotRoutes) -> list[tuple[str, HotRoute]]:
+    return [
+        (method, route)
+        for method, table in served.table.items()
+        for route in [*table.exact.values(), *table.templated]
+    ]
+
+
+def _sample_path(template: str) -> str:
+    return re.sub(r"\{[^}]+\}", "7", template)
+
+
+def _fastapi_route(app: FastAPI, method: str, path: str) -> Any:
+    """The route FastAPI dispatches a request to: the first that matches fully."""
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    for route in api_routes(app):
+        if route.matches(scope)[0] == Match.FULL:
+            return route
+    return None
+
+
+def test_the_sending_and_ending_routes_are_the_hot_ones(served: HotRoutes) -> None:
+    endpoints = {route.endpoint for _, route in _hot_routes(served)}
+    assert endpoints == routes.HOT_ENDPOINTS  # every marked endpoint is served hot
+    assert {endpoint.__name__ for endpoint in endpoints} == EXPECTED_HOT
+    assert len(_hot_routes(served)) == len(EXPECTED_HOT)
+
+
+def test_each_hot_route_is_its_declared_route(served: HotRoutes) -> None:
+    document = served.app.openapi()["paths"]
+    for method, hot in _hot_routes(served):
+        declared = [
+            route
+            for route in api_routes(served.app)
+            if route.path == hot.path and method in route.methods
+        ]
+        assert len(declared) == 1, (method, hot.path)
+        route = declared[0]
+        assert route.endpoint is hot.endpoint
+        # the body model is the endpoint's own annotation, as FastAPI reads it
+        annotation = typing.get_type_hints(hot.endpoint)[hot.body_param]
+        assert hot.body_model is annotation is route.body_field.field_info.annotation
+        assert [name for name, _ in hot.path_params] == [
+            param.name for param in route.dependant.path_params
+        ]
+        operation = document[hot.path][method.lower()]
+        body_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+        assert body_schema == {"$ref": f"#/components/schemas/{hot.body_model.__name__}"}
+        assert operation["requestBody"]["required"] is True
+
+
+def _answers_itself(served: HotRoutes, method: str, path: str) -> bool:
+    """Whether HotRoutes answers a request itself rather than pass it to FastAPI.
+
+    With a limit of no bytes, a hot route refuses any body before it needs the
+    core; what is passed on reaches a stand-in for the FastAPI app.
+    """
+    passed_on: list[str] = []
+
+    async def fastapi(scope: Scope, receive: Receive, send: Send) -> None:
+        passed_on.append(scope["path"])
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    limited = HotRoutes(served.app, max_bytes=0)
+    limited.app = fastapi  # type: ignore[assignment]
+    scope = {"type": "http", "method": method, "path": path, "headers": []}
+    asyncio.run(limited(scope, receive, send))
+    return not passed_on
+
+
+def test_hot_routes_claim_exactly_the_requests_fastapi_sends_to_them(served: HotRoutes) -> None:
+    paths = {_sample_path(route.path) for route in api_routes(served.app)} | {
+        "/v1/transactions/",
+        "/v1/transactions/a/b/end",
+        "/v1/transactions//end",
+        "/v1/transactions/end-batch/end",
+        "/v1/messages/batch/",
+        "/nothing",
+    }
+    claimed = set()
+    for method in ("POST", "GET", "PUT", "DELETE"):
+        for path in paths:
+            fastapi_route = _fastapi_route(served.app, method, path)
+            fastapi_endpoint = fastapi_route.endpoint if fastapi_route else None
+            found = served.match(method, path)
+            assert _answers_itself(served, method, path) is (found is not None), (method, path)
+            if fastapi_endpoint in routes.HOT_ENDPOINTS:
+                assert found is not None, (method, path)
+                assert found[0].endpoint is fastapi_endpoint, (method, path)
+                claimed.add(found[0].endpoint)
+            else:
+                assert found is None, (method, path, found)
+    assert claimed == routes.HOT_ENDPOINTS
+
+
+def test_hot_path_parameters_are_read_as_fastapi_reads_them(served: HotRoutes) -> None:
+    path = "/v1/transactions/tx-1/end"
+    found = served.match("POST", path)
+    assert found is not None
+    scope = {"type": "http", "method": "POST", "path": path, "root_path": ""}
+    _, child_scope = _fastapi_route(served.app, "POST", path).matches(scope)
+    assert found[1] == child_scope["path_params"] == {"transaction_id": "tx-1"}
+
+
+@pytest.fixture
+def mark_hot() -> Iterator[Any]:
+    """routes.hot, forgetting what it marked after the test."""
+    marked: list[Any] = []
+
+    def mark(endpoint: Any) -> Any:
+        marked.append(endpoint)
+        return routes.hot(endpoint)
+
+    yield mark
+    for endpoint in marked:
+        routes.HOT_ENDPOINTS.discard(endpoint)
+
+
+class Thing(BaseModel):
+    name: str
+
+
+def _app_serving(endpoint: Any, path: str = "/things") -> FastAPI:
+    router = APIRouter()
+    router.post(path)(endpoint)
+    app = FastAPI()
+    app.include_router(router, prefix="/v9")
+    return app
+
+
+def test_a_hot_route_is_served_where_the_app_serves_it(mark_hot: Any) -> None:
+    @mark_hot
+    async def fine(body: Thing, core: Any = Depends(routes.coordinator)) -> JSONResponse:
+        return JSONResponse({})
+
+    served = HotRoutes(_app_serving(fine), max_bytes=1024)
+    found = served.match("POST", "/v9/things")
+    assert found is not None and found[0].endpoint is fine and found[0].body_model is Thing
+    assert found[0].core_param == "core"
+    assert served.match("POST", "/things") is None
+    assert served.match("GET", "/v9/things") is None
+
+
+def test_a_hot_endpoint_that_needs_more_than_hot_routes_supplies_is_refused(
+    mark_hot: Any,
+) -> None:
+    core = Depends(routes.coordinator)
+
+    async def with_query(body: Thing, dry_run: bool = Query(False), core: Any = core) -> None:
+        pass
+
+    async def optional_body(body: Thing | None = None, core: Any = core) -> None:
+        pass
+
+    async def one() -> int:
+        return 1
+
+    async def other_dependency(body: Thing, n: int = Depends(one), core: Any = core) -> None:
+        pass
+
+    async def embedded(body: Thing = Body(embed=True), core: Any = core) -> None:
+        pass
+
+    async def without_core(body: Thing) -> None:
+        pass
+
+    async def typed_path(body: Thing, n: int, core: Any = core) -> None:
+        pass
+
+    for endpoint, path, phrase in (
+        (with_query, "/things", "query params"),
+        (optional_body, "/things", "not a pydantic model"),
+        (other_dependency, "/things", "only the core is supplied"),
+        (embedded, "/things", "embedded"),
+        (without_core, "/things", "must take the core"),
+        (typed_path, "/things/{n:int}", "typed parameter"),
+    ):
+        with pytest.raises(TypeError, match=phrase):
+            HotRoutes(_app_serving(mark_hot(endpoint), path), max_bytes=1024)
+
+
+# --- the answers, raw off a live server -------------------------------------
+
+
+def _declared_models(app: FastAPI, method: str, path: str) -> dict[int, type[BaseModel]]:
+    route = _fastapi_route(app, method, path)
+    declared = {
+        int(code): spec["model"]
+        for code, spec in route.responses.items()
+        if str(code).isdigit() and "model" in spec
+    }
+    declared[route.status_code or 200] = route.response_model
+    return declared
+
+
+class Answers:
+    """Sends requests to a live server and checks each raw answer against the
+    model its route declares for that status."""
+
+    def __init__(self, http: httpx.Client, served: HotRoutes) -> None:
+        self.http = http
+        self.served = served
+        self.seen: set[tuple[str, int]] = set()  # (endpoint name, status)
+
+    def post(self, status: int, path: str, payload: object = None, **kwargs: Any) -> Any:
+        response = self.http.post(path, json=payload, **kwargs)
+        found = self.served.match("POST", path)
+        assert found is not None, f"{path} is not a hot route"
+        raw = response.content
+        assert response.status_code == status, f"POST {path}: {response.status_code} {raw!r}"
+        declared = _declared_models(self.served.app, "POST", path)
+        assert status in declared, f"POST {path} answered {status}, which it does not declare"
+        assert response.headers["content-type"] == "application/json"
+        model = declared[status]
+        parsed = model.model_validate_json(raw, strict=True)
+        # Nothing beyond the model, nothing coerced: for a success, exactly what
+        # FastAPI would have serialized from the response model; an error
+        # carries its optional fields only when they apply.
+        dumped = parsed.model_dump(mode="json", by_alias=True, exclude_unset=model is ErrorOut)
+        assert json.loads(raw) == dumped, f"POST {path} -> {status}: {raw!r}"
+        self.seen.add((found[0].endpoint.__name__, status))
+        return json.loads(raw)
+
+
+def _half(**overrides: object) -> dict[str, object]:
+    return {"topic": TOPIC, "producer_group": GROUP, "body_text": "order 1001", **overrides}
+
+
+def _end(resolution: str, group: str = GROUP) -> dict[str, object]:
+    return {"producer_group": group, "resolution": resolution}
+
+
+def test_hot_answers_are_what_their_routes_declare(
+    live_server: LiveServer, served: HotRoutes
+) -> None:
+    with httpx.Client(base_url=live_server.url, timeout=10) as http:
+        answers = Answers(http, served)
+        post = answers.post
+
+        first = post(201, "/v1/transactions", _half(message_id="contract-1"))
+        post(200, "/v1/transactions", _half(message_id="contract-1"))  # the first result
+        post(409, "/v1/transactions", _half(message_id="contract-1", body_text="other"))
+        post(400, "/v1/transactions", _half(producer_group=None))
+        post(422, "/v1/transactions", _half(surprise=1))
+        post(422, "/v1/transactions", content=b"\xff not json")
+
+        batch = post(200, "/v1/transactions/batch", {"messages": [_half(), _half(), _half()]})
+        post(400, "/v1/transactions/batch", {"messages": []})
+        post(422, "/v1/transactions/batch", {"messages": "no"})
+        a, b, c = (result["transaction_id"] for result in batch["results"])
+
+        tx = first["transaction_id"]
+        post(200, f"/v1/transactions/{tx}/end", _end("unknown"))
+        post(200, f"/v1/transactions/{tx}/end", _end("rollback"))
+        post(409, f"/v1/transactions/{tx}/end", _end("commit"))  # with current_state
+        post(409, f"/v1/transactions/{tx}/end", _end("commit", group="other"))
+        post(404, "/v1/transactions/feedface/end", _end("commit"))
+        post(422, f"/v1/transactions/{'t' * 129}/end", _end("commit"))  # path
+        post(422, f"/v1/transactions/{tx}/end", _end("maybe"))  # body
+
+        def item(transaction_id: str, resolution: str, group: str = GROUP) -> dict[str, str]:
+            return {"transaction_id": transaction_id, **_end(resolution, group)}
+
+        ended = post(
+            200,
+            "/v1/transactions/end-batch",
+            {
+                "requests": [
+                    item(a, "commit"),
+                    item(b, "rollback", group="other"),
+                    item(tx, "commit"),
+                    item("f" * 32, "commit"),
+                ]
+            },
+        )
+        assert [result["ok"] for result in ended["results"]] == [True, False, False, False]
+        post(400, "/v1/transactions/end-batch", {"requests": [item(c, "commit")] * 2})
+        post(422, "/v1/transactions/end-batch", {"requests": [{"transaction_id": c}]})
+
+        post(201, "/v1/messages", {"topic": TOPIC, "body_text": "n", "message_id": "contract-2"})
+        post(200, "/v1/messages", {"topic": TOPIC, "body_text": "n", "message_id": "contract-2"})
+        post(400, "/v1/messages", {"topic": "no spaces", "body_text": "n"})
+        post(422, "/v1/messages", {"topic": TOPIC})
+
+        post(200, "/v1/messages/batch", {"messages": [{"topic": TOPIC, "body_text": "n"}] * 2})
+        post(400, "/v1/messages/batch", {"messages": []})
+        post(422, "/v1/messages/batch", {})
+
+    for name in EXPECTED_HOT:
+        statuses = {status for endpoint, status in answers.seen if endpoint == name}
+        assert min(statuses) < 300 and max(statuses) >= 400, f"{name}: {statuses}"
+
+
+def test_refusals_are_what_the_hot_routes_declare(database_url: str, served: HotRoutes) -> None:
+    settings = Settings(reject_transactional_messages=True, max_request_bytes=1024)
+    with (
+        LiveServer(database_url, settings) as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+    ):
+        answers = Answers(http, served)
+        post = answers.post
+        post(403, "/v1/transactions", _half())
+        post(403, "/v1/transactions/batch", {"messages": [_half()]})
+        post(413, "/v1/messages", {"topic": TOPIC, "body_text": "x" * 2000})  # by its length
+        chunks = (b'{"topic": "t", "body_text": "' + b"x" * 600, b"x" * 600 + b'"}')
+        post(413, "/v1/messages/batch", content=iter(chunks))  # once read: no length
