@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -54,22 +57,44 @@ def test_serve_with_a_database_url_never_starts_a_server(tmp_path: Path, databas
     assert not (tmp_path / ".coordinator").exists()
 
 
+@contextmanager
+def _postgres_stopped_at_the_end(pgdata: Path) -> Iterator[None]:
+    """Stop the embedded Postgres under pgdata when the block ends, however it ends.
+
+    pgserver counts the processes using a server by pid and stops it when the
+    last one exits; a SIGKILLed coordinator never takes its pid off that list,
+    so the coordinator that adopts the server after it leaves it running.
+    """
+    try:
+        yield
+    finally:
+        pid_file = pgdata / "postmaster.pid"
+        with suppress(FileNotFoundError, ValueError, IndexError, ProcessLookupError):
+            pid = int(pid_file.read_text().split()[0])
+            os.kill(pid, signal.SIGINT)  # Postgres's fast shutdown
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                os.kill(pid, 0)  # ProcessLookupError once it is gone
+                time.sleep(0.1)
+
+
 def test_a_killed_coordinator_loses_no_acknowledged_message(tmp_path: Path) -> None:
     data = {"COORDINATOR_DATA_DIR": str(tmp_path / "data")}
-    with serve_process(cwd=tmp_path, env=data) as server:
-        acknowledged = _prepare(server.url, 20)
-        server.process.kill()  # SIGKILL: no shutdown hooks run
-        server.process.wait()
+    with _postgres_stopped_at_the_end(tmp_path / "data" / "pgdata"):
+        with serve_process(cwd=tmp_path, env=data) as server:
+            acknowledged = _prepare(server.url, 20)
+            server.process.kill()  # SIGKILL: no shutdown hooks run
+            server.process.wait()
 
-    with serve(tmp_path, env=data) as url:
-        for sent in acknowledged:
-            found = httpx.get(f"{url}/v1/transactions/{sent['transaction_id']}")
-            assert found.status_code == 200 and found.json()["state"] == "prepared"
-        commit = httpx.post(
-            f"{url}/v1/transactions/{acknowledged[0]['transaction_id']}/end",
-            json={"producer_group": GROUP, "resolution": "commit"},
-        )
-        assert commit.json()["changed"] is True
+        with serve(tmp_path, env=data) as url:
+            for sent in acknowledged:
+                found = httpx.get(f"{url}/v1/transactions/{sent['transaction_id']}")
+                assert found.status_code == 200 and found.json()["state"] == "prepared"
+            commit = httpx.post(
+                f"{url}/v1/transactions/{acknowledged[0]['transaction_id']}/end",
+                json={"producer_group": GROUP, "resolution": "commit"},
+            )
+            assert commit.json()["changed"] is True
 
 
 def test_serve_with_several_workers_shares_the_port_and_the_database(
