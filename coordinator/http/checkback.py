@@ -41,7 +41,7 @@ async def heartbeat(
     producer = await core.checkback.heartbeat(
         producer_group, instance_id, body.check_url if body else None
     )
-    return ProducerOut.of(producer, core.settings.producer_ttl_seconds)
+    return ProducerOut.of(producer, ttl_seconds=core.settings.producer_ttl_seconds)
 
 
 @router.delete(
@@ -67,7 +67,7 @@ async def list_producers(
 ) -> ProducersOut:
     found = await core.checkback.producers(producer_group)
     ttl = core.settings.producer_ttl_seconds
-    return ProducersOut(producers=[ProducerOut.of(p, ttl) for p in found])
+    return ProducersOut(producers=[ProducerOut.of(p, ttl_seconds=ttl) for p in found])
 
 
 @router.get(

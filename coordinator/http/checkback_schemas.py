@@ -7,8 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator.domain.checkback import CheckRequest, Producer
-from coordinator.http.message_schemas import MessageFieldsOut
+from coordinator.http.message_schemas import MessageFieldsOut, RecordOut
 
 
 class HeartbeatIn(BaseModel):
@@ -24,7 +23,7 @@ class HeartbeatIn(BaseModel):
     )
 
 
-class ProducerOut(BaseModel):
+class ProducerOut(RecordOut):
     producer_group: str
     instance_id: str
     check_url: str | None
@@ -35,19 +34,6 @@ class ProducerOut(BaseModel):
     ttl_seconds: float = Field(
         description="Not heard from for this long, the instance is not live: heartbeat well within."
     )
-
-    @classmethod
-    def of(cls, producer: Producer, ttl_seconds: float) -> ProducerOut:
-        return cls(
-            producer_group=producer.producer_group,
-            instance_id=producer.instance_id,
-            check_url=producer.check_url,
-            mode=producer.mode.value,
-            registered_at=producer.registered_at,
-            last_seen_at=producer.last_seen_at,
-            live=producer.live,
-            ttl_seconds=ttl_seconds,
-        )
 
 
 class ProducersOut(BaseModel):
@@ -60,10 +46,6 @@ class CheckRequestOut(MessageFieldsOut):
     transaction_id: str
     producer_group: str
     check_count: int = Field(description="This is the message's check number N (1 = first).")
-
-    @classmethod
-    def of(cls, request: CheckRequest) -> CheckRequestOut:
-        return cls.model_validate(request.to_json())
 
 
 class ChecksOut(BaseModel):

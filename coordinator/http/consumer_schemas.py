@@ -11,14 +11,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator.domain.delivery import (
-    AckResult,
-    ConsumerLag,
-    DeadLetter,
-    InvisibleDurationChange,
-    ReceivedMessage,
-    Subscription,
-)
 from coordinator.domain.rules import (
     DEFAULT_INVISIBLE_SECONDS,
     DEFAULT_MAX_DELIVERY_ATTEMPTS,
@@ -29,7 +21,7 @@ from coordinator.domain.rules import (
     MAX_MESSAGES_LIMIT,
     MAX_WAIT_SECONDS,
 )
-from coordinator.http.message_schemas import MessageFieldsOut
+from coordinator.http.message_schemas import MessageFieldsOut, RecordOut
 
 
 class _Strict(BaseModel):
@@ -55,7 +47,7 @@ class SubscriptionIn(_Strict):
     )
 
 
-class SubscriptionOut(BaseModel):
+class SubscriptionOut(RecordOut):
     consumer_group: str
     topic: str
     expression: str
@@ -63,18 +55,6 @@ class SubscriptionOut(BaseModel):
     fifo: bool
     max_delivery_attempts: int
     created_at: datetime
-
-    @classmethod
-    def of(cls, subscription: Subscription) -> SubscriptionOut:
-        return cls(
-            consumer_group=subscription.consumer_group,
-            topic=subscription.topic,
-            expression=subscription.expression,
-            tags=list(subscription.tags) if subscription.tags is not None else None,
-            fifo=subscription.fifo,
-            max_delivery_attempts=subscription.max_delivery_attempts,
-            created_at=subscription.created_at,
-        )
 
 
 class SubscribeOut(SubscriptionOut):
@@ -110,17 +90,6 @@ class ReceivedMessageOut(MessageFieldsOut):
     consumer_group: str
     committed_at: datetime
 
-    @classmethod
-    def of(cls, message: ReceivedMessage) -> ReceivedMessageOut:
-        return cls(
-            **message.fields_json(),
-            receipt_handle=message.receipt_handle,
-            delivery_attempt=message.delivery_attempt,
-            invisible_until=message.invisible_until,
-            consumer_group=message.consumer_group,
-            committed_at=message.committed_at,
-        )
-
 
 class ReceiveOut(BaseModel):
     messages: list[ReceivedMessageOut]
@@ -130,13 +99,9 @@ class AckIn(_Strict):
     receipt_handle: str
 
 
-class AckOut(BaseModel):
+class AckOut(RecordOut):
     receipt_handle: str
     outcome: Literal["acked", "stale", "not_found"]
-
-    @classmethod
-    def of(cls, result: AckResult) -> AckOut:
-        return cls(receipt_handle=result.receipt_handle, outcome=result.outcome.value)
 
 
 class AckBatchIn(_Strict):
@@ -152,18 +117,10 @@ class ChangeInvisibleDurationIn(_Strict):
     invisible_seconds: float = Field(description="From now; more than 0, at most 43200.")
 
 
-class ChangeInvisibleDurationOut(BaseModel):
+class ChangeInvisibleDurationOut(RecordOut):
     receipt_handle: str = Field(description="The new handle; the old one no longer works.")
     invisible_until: datetime
     delivery_attempt: int
-
-    @classmethod
-    def of(cls, change: InvisibleDurationChange) -> ChangeInvisibleDurationOut:
-        return cls(
-            receipt_handle=change.receipt_handle,
-            invisible_until=change.invisible_until,
-            delivery_attempt=change.delivery_attempt,
-        )
 
 
 class DeadLetterOut(MessageFieldsOut):
@@ -172,17 +129,6 @@ class DeadLetterOut(MessageFieldsOut):
     attempts: int
     committed_at: datetime
     dead_at: datetime
-
-    @classmethod
-    def of(cls, letter: DeadLetter) -> DeadLetterOut:
-        return cls(
-            **letter.fields_json(),
-            id=letter.id,
-            consumer_group=letter.consumer_group,
-            attempts=letter.attempts,
-            committed_at=letter.committed_at,
-            dead_at=letter.dead_at,
-        )
 
 
 class DeadLettersOut(BaseModel):
@@ -197,24 +143,13 @@ class RequeueOut(BaseModel):
     requeued: int
 
 
-class ConsumerLagOut(BaseModel):
+class ConsumerLagOut(RecordOut):
     consumer_group: str
     topic: str
     lag: int = Field(description="Committed messages not yet acked (in flight included).")
     in_flight: int
     dead_letters: int
     oldest_pending_at: datetime | None
-
-    @classmethod
-    def of(cls, lag: ConsumerLag) -> ConsumerLagOut:
-        return cls(
-            consumer_group=lag.consumer_group,
-            topic=lag.topic,
-            lag=lag.lag,
-            in_flight=lag.in_flight,
-            dead_letters=lag.dead_letters,
-            oldest_pending_at=lag.oldest_pending_at,
-        )
 
 
 class ConsumerLagsOut(BaseModel):

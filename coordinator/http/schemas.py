@@ -22,7 +22,6 @@ from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import (
     EndRequest,
     EndResult,
-    HistoryEntry,
     MessageRecord,
     NewMessage,
     SendResult,
@@ -30,7 +29,7 @@ from coordinator.domain.messages import (
 from coordinator.domain.rules import ID_MAX_LENGTH
 from coordinator.domain.states import Resolution
 from coordinator.http.consumer_schemas import ConsumerLagOut
-from coordinator.http.message_schemas import MessageFieldsOut
+from coordinator.http.message_schemas import MessageFieldsOut, RecordOut
 
 
 class _Strict(BaseModel):
@@ -183,22 +182,12 @@ def end_result_json(result: EndResult) -> dict[str, object]:
     }
 
 
-class HistoryOut(BaseModel):
+class HistoryOut(RecordOut):
     at: datetime
     source: str
     from_state: str | None
     to_state: str
     detail: str | None
-
-    @classmethod
-    def of(cls, entry: HistoryEntry) -> HistoryOut:
-        return cls(
-            at=entry.at,
-            source=entry.source.value,
-            from_state=entry.from_state.value if entry.from_state else None,
-            to_state=entry.to_state.value,
-            detail=entry.detail,
-        )
 
 
 class MessageOut(MessageFieldsOut):
@@ -213,17 +202,10 @@ class MessageOut(MessageFieldsOut):
 
     @classmethod
     def of(cls, record: MessageRecord) -> MessageOut:
-        return cls(
-            **record.fields_json(),
-            kind=record.kind.value,
-            state=record.state.value,
-            check_count=record.check_count,
-            check_immunity_seconds=(
-                record.check_immunity.total_seconds() if record.check_immunity else None
-            ),
-            next_check_at=record.next_check_at,
-            resolved_at=record.resolved_at,
-            resolution_source=record.resolution_source.value if record.resolution_source else None,
+        immunity = record.check_immunity
+        return super().of(
+            record,
+            check_immunity_seconds=immunity.total_seconds() if immunity else None,
             history=[HistoryOut.of(h) for h in record.history],
         )
 
