@@ -98,15 +98,19 @@ class SendResultOut(BaseModel):
     )
 
 
-def send_result_json(result: SendResult) -> dict[str, object]:
-    """SendResultOut as a plain dict, for the hot routes that skip re-validation."""
+def _stored_json(result: SendResult | EndResult) -> dict[str, object]:
+    """Which message a result is about and its state: what send and end answers share."""
     return {
         "offset": result.offset,
         "message_id": result.message_id,
         "transaction_id": result.transaction_id,
         "state": result.state.value,
-        "created": result.created,
     }
+
+
+def send_result_json(result: SendResult) -> dict[str, object]:
+    """SendResultOut as a plain dict, for the hot routes that skip re-validation."""
+    return {**_stored_json(result), "created": result.created}
 
 
 class BatchOut(BaseModel):
@@ -173,13 +177,7 @@ class EndResultOut(BaseModel):
 
 def end_result_json(result: EndResult) -> dict[str, object]:
     """EndResultOut as a plain dict, for the hot routes that skip re-validation."""
-    return {
-        "offset": result.offset,
-        "message_id": result.message_id,
-        "transaction_id": result.transaction_id,
-        "state": result.state.value,
-        "changed": result.changed,
-    }
+    return {**_stored_json(result), "changed": result.changed}
 
 
 class HistoryOut(RecordOut):
