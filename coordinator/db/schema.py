@@ -47,10 +47,6 @@ metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
         "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        # Check constraints are named below as the migrations name them
-        # (ck_<table>_<what>), and Alembic applied this convention to those
-        # names too: every database has ck_messages_ck_messages_state and so
-        # on, and these tables describe the databases.
         "ck": "ck_%(table_name)s_%(constraint_name)s",
         "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
         "pk": "pk_%(table_name)s",
@@ -80,21 +76,19 @@ messages = Table(
     Column("next_check_at", DateTime(timezone=True), nullable=True),
     Column("resolved_at", DateTime(timezone=True), nullable=True),
     Column("resolution_source", Text, nullable=True),
-    CheckConstraint(_one_of("state", STATES), name="ck_messages_state"),
-    CheckConstraint(_one_of("kind", KINDS), name="ck_messages_kind"),
-    CheckConstraint(
-        _one_of("resolution_source", SOURCES, nullable=True), name="ck_messages_resolution_source"
-    ),
-    CheckConstraint("check_count >= 0", name="ck_messages_check_count"),
+    CheckConstraint(_one_of("state", STATES), name="state"),
+    CheckConstraint(_one_of("kind", KINDS), name="kind"),
+    CheckConstraint(_one_of("resolution_source", SOURCES, nullable=True), name="resolution_source"),
+    CheckConstraint("check_count >= 0", name="check_count"),
     # A transactional message always has its transaction id and producer group.
     CheckConstraint(
         "kind = 'normal' OR (transaction_id IS NOT NULL AND producer_group IS NOT NULL)",
-        name="ck_messages_transactional_ids",
+        name="transactional_ids",
     ),
     # Only a prepared message is waiting; every other state is resolved.
     CheckConstraint(
         "(state = 'prepared') = (resolved_at IS NULL)",
-        name="ck_messages_resolved_at_matches_state",
+        name="resolved_at_matches_state",
     ),
     # The check-back claim reads only this index: its size follows the number
     # of pending half messages, not the table.
@@ -121,11 +115,9 @@ message_history = Table(
     Column("from_state", Text, nullable=True),
     Column("to_state", Text, nullable=False),
     Column("detail", Text, nullable=True),
-    CheckConstraint(_one_of("source", SOURCES), name="ck_message_history_source"),
-    CheckConstraint(
-        _one_of("from_state", STATES, nullable=True), name="ck_message_history_from_state"
-    ),
-    CheckConstraint(_one_of("to_state", STATES), name="ck_message_history_to_state"),
+    CheckConstraint(_one_of("source", SOURCES), name="source"),
+    CheckConstraint(_one_of("from_state", STATES, nullable=True), name="from_state"),
+    CheckConstraint(_one_of("to_state", STATES), name="to_state"),
     Index("ix_message_history_message_offset", "message_offset"),
 )
 
@@ -143,7 +135,7 @@ subscriptions = Table(
     Column("fifo", Boolean, nullable=False, server_default=text("false")),
     Column("max_delivery_attempts", Integer, nullable=False, server_default=text("16")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    CheckConstraint("max_delivery_attempts >= 1", name="ck_subscriptions_max_delivery_attempts"),
+    CheckConstraint("max_delivery_attempts >= 1", name="max_delivery_attempts"),
     Index("ix_subscriptions_topic", "topic"),
 )
 
@@ -170,7 +162,7 @@ deliveries = Table(
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("receipt_handle", Text, nullable=True),
     UniqueConstraint("message_offset", "consumer_group"),
-    CheckConstraint("attempts >= 0", name="ck_deliveries_attempts"),
+    CheckConstraint("attempts >= 0", name="attempts"),
     # The claim walks a group's rows in commit order.
     Index("ix_deliveries_consumer_group_id", "consumer_group", "id"),
     # FIFO: is an earlier (or in-flight) message of the same message group unacked?
@@ -243,13 +235,13 @@ check_requests = Table(
     Column("claimed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("delivered_at", DateTime(timezone=True), nullable=True),
     Column("detail", Text, nullable=True),
-    CheckConstraint(_one_of("status", CHECK_STATUSES), name="ck_check_requests_status"),
-    CheckConstraint(_one_of("via", DISPATCH_MODES, nullable=True), name="ck_check_requests_via"),
+    CheckConstraint(_one_of("status", CHECK_STATUSES), name="status"),
+    CheckConstraint(_one_of("via", DISPATCH_MODES, nullable=True), name="via"),
     # Addressed to an instance exactly when there was a live one to address.
     CheckConstraint(
         "(status = 'no_producer') = (instance_id IS NULL) "
         "AND (instance_id IS NULL) = (via IS NULL)",
-        name="ck_check_requests_addressed",
+        name="addressed",
     ),
     # A long poll reads the pending requests of one instance.
     Index(

@@ -1,0 +1,37 @@
+-- The SQL of migration 0006 (0006_check_constraint_names.py runs these blocks).
+-- Frozen like the migration itself.
+
+-- name: upgrade
+-- Migrations 0001-0003 gave check constraints names with their table prefix
+-- and Alembic's naming convention prefixed them once more
+-- (ck_messages_ck_messages_state): one prefix is enough.
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_ck_messages_state TO ck_messages_state;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_ck_messages_kind TO ck_messages_kind;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_ck_messages_resolution_source TO ck_messages_resolution_source;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_ck_messages_check_count TO ck_messages_check_count;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_ck_messages_transactional_ids TO ck_messages_transactional_ids;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_ck_messages_resolved_at_matches_state TO ck_messages_resolved_at_matches_state;
+ALTER TABLE message_history RENAME CONSTRAINT ck_message_history_ck_message_history_source TO ck_message_history_source;
+ALTER TABLE message_history RENAME CONSTRAINT ck_message_history_ck_message_history_from_state TO ck_message_history_from_state;
+ALTER TABLE message_history RENAME CONSTRAINT ck_message_history_ck_message_history_to_state TO ck_message_history_to_state;
+ALTER TABLE subscriptions RENAME CONSTRAINT ck_subscriptions_ck_subscriptions_max_delivery_attempts TO ck_subscriptions_max_delivery_attempts;
+ALTER TABLE deliveries RENAME CONSTRAINT ck_deliveries_ck_deliveries_attempts TO ck_deliveries_attempts;
+ALTER TABLE check_requests RENAME CONSTRAINT ck_check_requests_ck_check_requests_status TO ck_check_requests_status;
+ALTER TABLE check_requests RENAME CONSTRAINT ck_check_requests_ck_check_requests_via TO ck_check_requests_via;
+ALTER TABLE check_requests RENAME CONSTRAINT ck_check_requests_ck_check_requests_addressed TO ck_check_requests_addressed;
+
+-- name: downgrade
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_state TO ck_messages_ck_messages_state;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_kind TO ck_messages_ck_messages_kind;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_resolution_source TO ck_messages_ck_messages_resolution_source;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_check_count TO ck_messages_ck_messages_check_count;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_transactional_ids TO ck_messages_ck_messages_transactional_ids;
+ALTER TABLE messages RENAME CONSTRAINT ck_messages_resolved_at_matches_state TO ck_messages_ck_messages_resolved_at_matches_state;
+ALTER TABLE message_history RENAME CONSTRAINT ck_message_history_source TO ck_message_history_ck_message_history_source;
+ALTER TABLE message_history RENAME CONSTRAINT ck_message_history_from_state TO ck_message_history_ck_message_history_from_state;
+ALTER TABLE message_history RENAME CONSTRAINT ck_message_history_to_state TO ck_message_history_ck_message_history_to_state;
+ALTER TABLE subscriptions RENAME CONSTRAINT ck_subscriptions_max_delivery_attempts TO ck_subscriptions_ck_subscriptions_max_delivery_attempts;
+ALTER TABLE deliveries RENAME CONSTRAINT ck_deliveries_attempts TO ck_deliveries_ck_deliveries_attempts;
+ALTER TABLE check_requests RENAME CONSTRAINT ck_check_requests_status TO ck_check_requests_ck_check_requests_status;
+ALTER TABLE check_requests RENAME CONSTRAINT ck_check_requests_via TO ck_check_requests_ck_check_requests_via;
+ALTER TABLE check_requests RENAME CONSTRAINT ck_check_requests_addressed TO ck_check_requests_ck_check_requests_addressed;
