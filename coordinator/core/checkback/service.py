@@ -7,8 +7,8 @@ dispatches: pulled check requests are already in `check_requests` and their
 instances' long polls are woken by NOTIFY; pushed ones are POSTed here.
 
 Any number of coordinator nodes run rounds on one database; each due
-message goes to exactly one of them per round. The scheduler in
-`check_scheduler.py` runs `run_round` every `check_scan_interval_seconds`;
+message goes to exactly one of them per round. The scheduler
+(`scheduler.py`) runs `run_round` every `check_scan_interval_seconds`;
 tests call it directly.
 """
 
