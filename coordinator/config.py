@@ -175,10 +175,56 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a push producer has to answer a pushed check request.",
     )
+    check_push_max_age_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="A push producer refuses a signed check request older than this (replays).",
+    )
     check_poll_fallback_seconds: float = Field(
         default=2.0,
         gt=0,
         description="A waiting long poll looks for check requests this often without a wake-up.",
+    )
+
+    # --- Security and limits ---
+    insecure: bool = Field(
+        default=False,
+        description="Serve without tokens on a non-loopback address (refused otherwise).",
+    )
+    metrics_open: bool = Field(
+        default=False,
+        description="Serve /metrics without a token (otherwise a token with `metrics` or `admin`).",
+    )
+    tls_cert_file: Path | None = Field(
+        default=None, description="PEM certificate: serve HTTPS (with tls_key_file)."
+    )
+    tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
+    max_long_poll_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=60,
+        description="Longest wait of a long poll (receive, check requests); at most 60.",
+    )
+    max_long_polls_per_token: int = Field(
+        default=64, ge=1, description="Long polls one token may hold open at once (HTTP 429)."
+    )
+    rate_limit_per_second: float = Field(
+        default=2000.0,
+        ge=0,
+        description="Requests per second one token may make, sustained (HTTP 429); 0: no limit.",
+    )
+    rate_limit_burst: int = Field(
+        default=4000, ge=1, description="Requests one token may make at once above the rate."
+    )
+    max_connections: int = Field(
+        default=1024,
+        ge=1,
+        description="Open HTTP connections per process; one more is answered 429 and closed.",
+    )
+    token_refresh_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often a server rereads the tokens without being notified of a change.",
     )
 
     @property

@@ -16,6 +16,7 @@ from coordinator.core.checkback import CheckBack
 from coordinator.core.context import CoreContext
 from coordinator.core.delivery import Delivery
 from coordinator.core.group_commit import GroupCommitter, Item, Result, RunBatch
+from coordinator.core.tokens import Tokens
 from coordinator.db.notifier import CHANNELS, Notifier
 from coordinator.db.pool import open_pool
 from coordinator.db.queries import execute
@@ -40,8 +41,9 @@ class Coordinator:
         # Long polls (check requests, receives) wait on the notifier; without
         # one (CLI commands) they fall back to polling.
         self.notifier = notifier
-        context = CoreContext(pool, settings, notifier)
+        self.context = context = CoreContext(pool, settings, notifier)
         self.delivery = Delivery(context)  # subscriptions, receive, ack, dead letters
+        self.tokens = Tokens(context)  # API tokens: create, list, revoke
         # producers, check-back rounds, operator actions
         self.checkback = CheckBack(context, self.end)
         # Single prepares, sends and ends are group-committed (see group_commit.py).

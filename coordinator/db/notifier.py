@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 # triggers); the payload names the group whose waiters should wake.
 CHECKS_CHANNEL = "coordinator_checks"
 DELIVERIES_CHANNEL = "coordinator_deliveries"
-CHANNELS = (CHECKS_CHANNEL, DELIVERIES_CHANNEL)
+TOKENS_CHANNEL = "coordinator_tokens"  # a token was created or revoked
+CHANNELS = (CHECKS_CHANNEL, DELIVERIES_CHANNEL, TOKENS_CHANNEL)
 
 
 class Subscription:

@@ -257,3 +257,22 @@ check_requests = Table(
         postgresql_where=text("status = 'no_producer'"),
     ),
 )
+
+# Bearer tokens of the HTTP API (and of every later door). Only the SHA-256 of
+# a token's secret is stored; the secret is shown once, when it is created.
+# Each list holds shell-style patterns of the names the token may use.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("secret_sha256", Text, nullable=False, unique=True),
+    Column("produce_topics", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("producer_groups", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("consume_groups", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("consume_topics", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("admin", Boolean, nullable=False, server_default=text("false")),
+    Column("metrics", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)

@@ -48,6 +48,24 @@ class TransactionalMessagesRejected(CoordinatorError):
     code = "transactional_messages_rejected"
 
 
+class Unauthenticated(CoordinatorError):
+    """No credentials, or credentials that match no live token."""
+
+    code = "unauthenticated"
+
+
+class PermissionDenied(CoordinatorError):
+    """The token is valid but its permissions do not cover the request."""
+
+    code = "permission_denied"
+
+
+class RateLimited(CoordinatorError):
+    """Too many requests or long polls at once for one token."""
+
+    code = "rate_limited"
+
+
 class ReceiptHandleStale(CoordinatorError):
     """The receipt handle was superseded by a later receive or change of invisible duration."""
 

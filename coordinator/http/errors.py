@@ -20,6 +20,9 @@ STATUS_BY_ERROR: dict[type[errors.CoordinatorError], int] = {
     errors.ProducerGroupMismatch: 409,
     errors.MessageIdConflict: 409,
     errors.ReceiptHandleStale: 409,
+    errors.Unauthenticated: 401,
+    errors.PermissionDenied: 403,
+    errors.RateLimited: 429,
 }
 
 

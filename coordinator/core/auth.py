@@ -1,0 +1,185 @@
+"""Authentication and per-token limits, the same for every door.
+
+`Authenticator` keeps the live tokens in memory (by the SHA-256 of their
+secret) and rereads them when one is created or revoked (NOTIFY
+coordinator_tokens) and every token_refresh_seconds. A door hands it the
+request's bearer token and gets a Principal, or Unauthenticated.
+
+Authentication is off while no live token exists and the server is allowed
+to run open (it listens on loopback, or was started `--insecure`): every
+request is then the anonymous principal. A server that may not run open
+refuses every request until a token exists, so revoking the last token never
+opens a public port.
+
+Limits per principal: a token bucket of rate_limit_per_second and
+rate_limit_burst (RateLimited, HTTP 429), and at most
+max_long_polls_per_token long polls at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+from coordinator.config import Settings
+from coordinator.core.context import CoreContext
+from coordinator.core.tokens import grants_of, secret_sha256
+from coordinator.db.notifier import TOKENS_CHANNEL
+from coordinator.db.queries import fetch_all
+from coordinator.domain.access import Principal
+from coordinator.domain.errors import RateLimited, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+BEARER = "bearer "
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    updated: float
+    long_polls: int = 0
+
+
+@dataclass(slots=True)
+class Limits:
+    """Per-principal request rate and concurrent long polls."""
+
+    settings: Settings
+    _buckets: dict[str, _Bucket] = field(default_factory=dict)
+
+    def _bucket(self, name: str, now: float) -> _Bucket:
+        bucket = self._buckets.get(name)
+        if bucket is None:
+            bucket = self._buckets[name] = _Bucket(float(self.settings.rate_limit_burst), now)
+        return bucket
+
+    def take_request(self, principal: Principal) -> None:
+        rate = self.settings.rate_limit_per_second
+        if rate <= 0:
+            return
+        now = time.monotonic()
+        bucket = self._bucket(principal.name, now)
+        bucket.tokens = min(
+            float(self.settings.rate_limit_burst), bucket.tokens + (now - bucket.updated) * rate
+        )
+        bucket.updated = now
+        if bucket.tokens < 1:
+            raise RateLimited(
+                f"token {principal.name!r} is over its rate of {rate:g} requests per second; "
+                "slow down and retry"
+            )
+        bucket.tokens -= 1
+
+    @contextlib.contextmanager
+    def long_poll(self, principal: Principal) -> Iterator[None]:
+        bucket = self._bucket(principal.name, time.monotonic())
+        most = self.settings.max_long_polls_per_token
+        if bucket.long_polls >= most:
+            raise RateLimited(
+                f"token {principal.name!r} holds {most} long polls already; wait for one to return"
+            )
+        bucket.long_polls += 1
+        try:
+            yield
+        finally:
+            bucket.long_polls -= 1
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def open_allowed(settings: Settings) -> bool:
+    """Whether this server may serve without tokens (loopback only, or --insecure)."""
+    return settings.insecure or is_loopback(settings.host)
+
+
+class Authenticator:
+    def __init__(self, context: CoreContext, *, open_allowed: bool) -> None:
+        self._context = context
+        self.open_allowed = open_allowed
+        self._principals: dict[str, Principal] = {}
+        self.limits = Limits(context.settings)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether requests need a token (see the module's docstring)."""
+        return bool(self._principals) or not self.open_allowed
+
+    async def refresh(self) -> None:
+        async with self._context.pool.connection() as conn:
+            rows = await fetch_all(conn, "active_tokens")
+        self._principals = {
+            row["secret_sha256"]: Principal(row["name"], grants_of(row)) for row in rows
+        }
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        """The principal of an `Authorization: Bearer <token>` header value."""
+        if not self.enabled:
+            principal = Principal.anonymous()
+        else:
+            if not authorization or not authorization[:7].lower() == BEARER:
+                raise Unauthenticated(
+                    "this coordinator needs a token: send 'Authorization: Bearer <token>'"
+                )
+            principal = self._principals.get(secret_sha256(authorization[7:].strip()))
+            if principal is None:
+                raise Unauthenticated("the token is not valid (unknown or revoked)")
+        self.limits.take_request(principal)
+        return principal
+
+    # --- lifetime ---------------------------------------------------------------
+    async def start(self) -> None:
+        await self.refresh()
+        self._task = asyncio.create_task(self._follow(), name="coordinator-tokens")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _follow(self) -> None:
+        interval = self._context.settings.token_refresh_seconds
+        notifier = self._context.notifier
+        async with contextlib.AsyncExitStack() as stack:
+            wake_up = (
+                await stack.enter_async_context(notifier.subscribe(TOKENS_CHANNEL))
+                if notifier is not None
+                else None
+            )
+            while True:
+                if wake_up is None:
+                    await asyncio.sleep(interval)
+                else:
+                    await wake_up.wait(interval)
+                try:
+                    await self.refresh()
+                except Exception as error:  # the database may be away: keep the last tokens
+                    log.warning("could not reread the tokens: %s", error)
+
+
+@contextlib.asynccontextmanager
+async def running_authenticator(
+    context: CoreContext, *, open_allowed: bool
+) -> AsyncIterator[Authenticator]:
+    authenticator = Authenticator(context, open_allowed=open_allowed)
+    await authenticator.start()
+    try:
+        yield authenticator
+    finally:
+        await authenticator.stop()
