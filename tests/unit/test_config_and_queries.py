@@ -63,6 +63,8 @@ def test_settings_read_back_from_their_environment(
         check_backoff=True,
         check_backoff_factor=1.5,
         check_push_secret=SecretStr("s3cret with spaces & $igns"),
+        tls_cert_file=Path("/etc/coordinator/cert.pem"),
+        tls_key_file=Path("/etc/coordinator/key.pem"),
     )
     environment = original.to_environment()
     assert environment["COORDINATOR_CHECK_PUSH_SECRET"] == "s3cret with spaces & $igns"
