@@ -1,11 +1,12 @@
 """The schema beyond its tables, defined once in `coordinator/db/sql/schema/`.
 
 The tables are SQLAlchemy metadata (`coordinator.db.schema`). Their storage
-parameters, the trigger functions, the triggers and the views are SQL, one
-file per area, in blocks headed `-- name: NAME` (the named-query format), one
-statement per block. `create_schema` builds the whole schema on an empty
-database; `tests/integration/test_schema_matches_migrations.py` checks that
-it comes out exactly as the migrations leave a database at head.
+parameters, the trigger functions, the triggers, the views and the grants
+of the read-only role are SQL, one file per area, in blocks headed
+`-- name: NAME` (the named-query format), one statement per block.
+`create_schema` builds the whole schema on an empty database;
+`tests/integration/test_schema_matches_migrations.py` checks that it comes
+out exactly as the migrations leave a database at head.
 """
 
 from __future__ import annotations
@@ -20,16 +21,20 @@ from coordinator.db.queries import parse_queries
 from coordinator.db.schema import metadata
 from coordinator.db.urls import sqlalchemy_url
 
-SCHEMA_FILES = ("messages", "checkback", "delivery", "pipeline")
+SCHEMA_FILES = ("messages", "checkback", "delivery", "pipeline", "reader")
 
 # The order blocks run in, once the tables exist: storage only alters
-# tables, a trigger needs its function, and views come last so that they may
-# call any function. Within a kind, file order, then block order.
+# tables, a trigger needs its function, views come after the functions so
+# that they may call any, and privileges last, on objects that all exist: a
+# role (created by a DO block, the only way to create it only if missing),
+# then the grants to it. Within a kind, file order, then block order.
 KINDS = {
     "storage": re.compile(r"ALTER\s+TABLE\b", re.IGNORECASE),
     "function": re.compile(r"CREATE\s+(OR\s+REPLACE\s+)?FUNCTION\b", re.IGNORECASE),
     "trigger": re.compile(r"CREATE\s+(OR\s+REPLACE\s+)?TRIGGER\b", re.IGNORECASE),
     "view": re.compile(r"CREATE\s+(OR\s+REPLACE\s+)?VIEW\b", re.IGNORECASE),
+    "role": re.compile(r"DO\b", re.IGNORECASE),
+    "grant": re.compile(r"(GRANT|REVOKE)\b", re.IGNORECASE),
 }
 _LEADING_COMMENTS = re.compile(r"\A(\s*--[^\n]*\n)*\s*")
 

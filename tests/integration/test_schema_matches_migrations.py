@@ -4,8 +4,9 @@ One database is migrated to head (the `database_url` fixture); another,
 empty one on the same server gets `create_schema` (the tables of
 coordinator.db.schema, then coordinator/db/sql/schema/*.sql). Their public
 schemas are read from pg_catalog and must be the same, object by object and
-character by character: a function or view changed in a schema file without
-a migration (or the reverse) fails here with a diff.
+character by character, privileges included: a function, view or grant
+changed in a schema file without a migration (or the reverse) fails here
+with a diff.
 """
 
 from __future__ import annotations
@@ -90,6 +91,40 @@ CATALOG_QUERIES = {
           AND NOT tg.tgisinternal
           AND t.relname <> ALL (%(ignored)s)
     """,
+    # Who may do what to each table, view and sequence, and to the schema
+    # itself (USAGE, CREATE): one line per (grantee, privilege), sorted, so a
+    # missing or extra grant shows as a line of the diff. A NULL ACL means
+    # the owner's defaults, which acldefault spells out; the owner is named
+    # "owner" so that who ran the migrations does not matter.
+    "privileges": """
+        WITH objects AS (
+            SELECT c.relname AS name, c.relowner AS owner,
+                   coalesce(c.relacl,
+                            acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::"char",
+                                       c.relowner)) AS acl
+            FROM pg_class c
+            WHERE c.relnamespace = 'public'::regnamespace
+              AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+              AND c.relname <> ALL (%(ignored)s)
+            UNION ALL
+            SELECT 'schema ' || n.nspname, n.nspowner,
+                   coalesce(n.nspacl, acldefault('n'::"char", n.nspowner))
+            FROM pg_namespace n
+            WHERE n.nspname = 'public'
+        )
+        SELECT o.name, coalesce(string_agg(e.entry, E'\n' ORDER BY e.entry), '')
+        FROM objects o
+        LEFT JOIN LATERAL aclexplode(o.acl) a ON true
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN a.grantee = o.owner THEN 'owner'
+                        WHEN a.grantee = 0 THEN 'PUBLIC'
+                        ELSE pg_get_userbyid(a.grantee)
+                   END
+                   || ' ' || a.privilege_type
+                   || CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END AS entry
+        ) e
+        GROUP BY o.name
+    """,
 }
 
 Catalog = dict[str, dict[str, str]]
@@ -164,7 +199,7 @@ def test_the_tables_built_from_the_schema_files_match_the_schema_module(
         engine.dispose()
 
 
-def test_the_comparison_reports_a_changed_function_a_changed_view_and_a_dropped_trigger(
+def test_the_comparison_reports_a_changed_function_view_and_grant_and_a_dropped_trigger(
     database_url: str, schema_files_url: str, db: psycopg.Connection
 ) -> None:
     db.execute(
@@ -190,6 +225,8 @@ def test_the_comparison_reports_a_changed_function_a_changed_view_and_a_dropped_
         """
     )
     db.execute("DROP TRIGGER subscriptions_deleted ON subscriptions")
+    # The grant that matters most: the reader would see message bodies.
+    db.execute("GRANT SELECT ON messages TO coordinator_reader")
 
     differences = catalog_differences(
         read_catalog(schema_files_url), read_catalog(database_url), LABELS
@@ -200,6 +237,7 @@ def test_the_comparison_reports_a_changed_function_a_changed_view_and_a_dropped_
         "view message_counts",
         "function messages_deleted()",
         "trigger subscriptions.subscriptions_deleted",
+        "privileges messages",
     }, "\n\n".join(differences)
     view = reported["view message_counts"]
     assert "+  WHERE kind = 'transactional'::text" in view
@@ -208,3 +246,5 @@ def test_the_comparison_reports_a_changed_function_a_changed_view_and_a_dropped_
     assert "+            DELETE FROM message_history WHERE message_offset IN" in function
     trigger = reported["trigger subscriptions.subscriptions_deleted"]
     assert trigger == "trigger subscriptions.subscriptions_deleted: only in schema files"
+    privileges = reported["privileges messages"]
+    assert "+coordinator_reader SELECT" in privileges.splitlines()
