@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -36,10 +37,13 @@ def serve_process(
     serve_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     startup_seconds: float = 90.0,
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[RunningServer]:
     """Start `coordinator [global_args] serve [serve_args]`, wait until healthy, stop on exit.
 
     The caller's COORDINATOR_* variables are not inherited: only `env` counts.
+    With `tls` (a client context trusting the server's certificate) the server
+    is expected to speak HTTPS, and the URL is https://.
     """
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
@@ -60,7 +64,7 @@ def serve_process(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_seconds
         while True:
@@ -68,7 +72,8 @@ def serve_process(
                 output = process.stdout.read().decode() if process.stdout else ""
                 raise RuntimeError(f"coordinator serve exited: {output}")
             try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                health = httpx.get(f"{url}/health", timeout=1, verify=tls or True)
+                if health.status_code == 200:
                     break
             except httpx.TransportError:
                 pass

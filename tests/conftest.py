@@ -8,13 +8,14 @@ test a fresh copy of it.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import tempfile
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlparse
 
@@ -26,6 +27,7 @@ from pytest_postgresql import factories
 from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.db import migrate
+from coordinator.domain.access import Grants
 from coordinator.http import create_app
 from coordinator.http.protocol import CoalescingHttpToolsProtocol
 
@@ -138,3 +140,23 @@ class LiveServer:
 def live_server(database_url: str, settings: Settings) -> Iterator[LiveServer]:
     with LiveServer(database_url, settings) as server:
         yield server
+
+
+@pytest.fixture
+def issue_token(database_url: str) -> Callable[..., str]:
+    """Creates an API token in this test's database and returns its secret.
+
+    `issue_token("name", produce_topics=("orders",), ...)` takes the Grants
+    fields. Synchronous (its own event loop), for tests that talk to a
+    LiveServer: a server started afterwards knows the token from its start,
+    a running one from the NOTIFY (or its next reread).
+    """
+
+    def issue(name: str, **grants: object) -> str:
+        async def create() -> str:
+            async with Coordinator.connect(database_url) as core:
+                return (await core.tokens.create(name, Grants(**grants))).token  # type: ignore[arg-type]
+
+        return asyncio.run(create())
+
+    return issue

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from coordinator.core.checkback.signing import SIGNATURE_HEADER, verify
+from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 
 # status code and JSON body (None: an empty body)
 Answer = tuple[int, dict[str, Any] | None]
@@ -33,8 +33,13 @@ class Received:
     def signature(self) -> str | None:
         return self.headers.get(SIGNATURE_HEADER.lower())
 
+    @property
+    def timestamp(self) -> str | None:
+        return self.headers.get(TIMESTAMP_HEADER.lower())
+
     def signed_with(self, secret: str) -> bool:
-        return verify(self.body, secret, self.signature)
+        """Verified as a producer does: over the timestamp header and the raw body."""
+        return verify(self.body, secret, self.signature, self.timestamp)
 
 
 class PushReceiver:

@@ -1,4 +1,4 @@
-"""`coordinator`: serve, migrate and inspect."""
+"""`coordinator`: serve, migrate, inspect and manage tokens."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from coordinator.cli import consumers, db, inspect, operator, serve
+from coordinator.cli import consumers, db, inspect, operator, serve, tokens
 from coordinator.cli import pipeline as pipeline_cli
 from coordinator.cli.common import make_settings
 
@@ -55,6 +55,7 @@ operator.add_tx_commands(inspect.tx_app)  # tx recheck | commit | rollback
 app.command("producers")(operator.producers)
 app.command("subscriptions")(consumers.subscriptions)
 app.add_typer(consumers.dlq_app, name="dlq")
+app.add_typer(tokens.app, name="tokens")
 app.add_typer(pipeline_cli.app, name="pipeline")  # Spark jobs; pyspark loaded only when run
 
 

@@ -76,7 +76,9 @@ async def open_core(ctx: typer.Context) -> AsyncIterator[Coordinator]:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    # soft_wrap: a sentence stays one line in logs and pipes, where rich would
+    # otherwise break it at 80 columns.
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+import ssl
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import psycopg
 import typer
 import uvicorn
 
-from coordinator.cli.common import console, settings_with_flags
-from coordinator.config import Settings
+from coordinator.cli.common import EXIT_USAGE, console, err_console, fail, settings_with_flags
+from coordinator.config import Settings, env_name
+from coordinator.core.auth import is_loopback
+from coordinator.db.queries import execute_sync
 from coordinator.db.ready import ready_database
 from coordinator.db.urls import redact
 from coordinator.http import create_app
@@ -49,14 +55,31 @@ def serve(
         "--reject-transactional-messages/--accept-transactional-messages",
         help="Refuse half messages with HTTP 403 [default: accept].",
     ),
+    insecure: bool | None = typer.Option(
+        None,
+        "--insecure",
+        help="Serve without tokens on a non-loopback address (refused otherwise).",
+    ),
+    tls_cert_file: Path | None = typer.Option(
+        None, "--tls-cert", metavar="FILE", help="PEM certificate: serve HTTPS (with --tls-key)."
+    ),
+    tls_key_file: Path | None = typer.Option(
+        None, "--tls-key", metavar="FILE", help="PEM private key of --tls-cert."
+    ),
 ) -> None:
     """Start the coordinator (embedded PostgreSQL unless a database URL is set)."""
     settings = settings_with_flags(ctx, not_settings={"workers"})
+    # Checked before the database starts: a wrong file is a usage error, not a
+    # traceback from uvicorn after Postgres is up.
+    _check_tls(settings)
     url = ready_database(settings)
     where = redact(url) if settings.database_url else f"embedded, data in {settings.data_dir}"
     console.print(f"database: {where}", highlight=False)
+    _check_authentication(settings, _live_tokens(url))
+    scheme = "https" if settings.tls_cert_file else "http"
     console.print(
-        f"coordinator listening on http://{settings.host}:{settings.port} (API docs at /docs)",
+        f"coordinator listening on {scheme}://{_url_host(settings.host)}:{settings.port} "
+        "(API docs at /docs)",
         highlight=False,
     )
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
@@ -78,19 +101,119 @@ def serve(
     )
 
 
+def _check_tls(settings: Settings) -> None:
+    """Both TLS files or neither, each readable, together a certificate and its key."""
+    cert, key = settings.tls_cert_file, settings.tls_key_file
+    if cert is None and key is None:
+        return
+    if cert is None or key is None:
+        given, missing, field = (
+            ("--tls-cert", "--tls-key", "tls_key_file")
+            if key is None
+            else ("--tls-key", "--tls-cert", "tls_cert_file")
+        )
+        raise fail(
+            f"{given} needs {missing} (or {env_name(field)}) too: HTTPS takes a PEM "
+            "certificate and its private key",
+            EXIT_USAGE,
+        )
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        try:
+            path.read_bytes()
+        except OSError as error:
+            raise fail(f"{flag}: cannot read {path}: {error.strerror}", EXIT_USAGE) from None
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            cert, key, password=_no_password
+        )
+    except _EncryptedKey:
+        raise fail(
+            f"--tls-key: {key} is encrypted; give the key without a passphrase", EXIT_USAGE
+        ) from None
+    except ssl.SSLError as error:
+        # OpenSSL's reason (KEY_VALUES_MISMATCH...) when it has one; "PEM lib"
+        # and the C source line it gives otherwise would tell a user nothing.
+        reason = f" ({error.reason})" if error.reason else ""
+        raise fail(
+            f"--tls-cert/--tls-key: {cert} and {key} are not a PEM certificate and its "
+            f"private key{reason}",
+            EXIT_USAGE,
+        ) from None
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_password() -> bytes:
+    # Without a callback OpenSSL would ask for the passphrase on the terminal,
+    # and so would uvicorn, which is given none either.
+    raise _EncryptedKey
+
+
+def _live_tokens(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = execute_sync(conn, "count_active_tokens").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _check_authentication(settings: Settings, tokens: int) -> None:
+    """Say whether requests need a token; refuse to serve a public port without any."""
+    if tokens:
+        console.print(
+            f"authentication is on ({tokens} token{'s' if tokens != 1 else ''})", highlight=False
+        )
+        return
+    host = settings.host
+    if is_loopback(host):
+        console.print(
+            "authentication is off (no token exists): listening on loopback only",
+            highlight=False,
+        )
+        return
+    if not settings.insecure:
+        raise fail(
+            f"refusing to listen on {host} without authentication: create a token with "
+            "`coordinator tokens create`, listen on 127.0.0.1, or pass --insecure",
+            EXIT_USAGE,
+        )
+    # On every start, so an --insecure left in a unit file is never forgotten.
+    # soft_wrap keeps it one line in a log, where rich would wrap at 80 columns.
+    err_console.print(
+        f"[red]warning: authentication is off (no token exists, --insecure) on {host}: "
+        f"anyone who can reach port {settings.port} can take over the transactions "
+        "(send, commit, roll back, read every message); create a token with "
+        "`coordinator tokens create`[/red]",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _server_options(settings: Settings) -> dict[str, Any]:
-    return {
+    options: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
         # Access lines are INFO, below log_level: access_log=False also skips
         # building each one, which the hot routes would otherwise pay for.
         "log_level": "warning",
         "access_log": False,
-        "http": CoalescingHttpToolsProtocol,
+        # uvicorn calls the protocol class with keywords only, so a partial
+        # carries the limit; it pickles, so --workers processes get it too.
+        "http": functools.partial(
+            CoalescingHttpToolsProtocol, max_connections=settings.max_connections
+        ),
         # The coordinator never reads the client's address, which is all that
         # uvicorn's proxy-header middleware would parse every request for.
         "proxy_headers": False,
     }
+    if settings.tls_cert_file and settings.tls_key_file:
+        options["ssl_certfile"] = str(settings.tls_cert_file)
+        options["ssl_keyfile"] = str(settings.tls_key_file)
+    return options
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -25,9 +25,12 @@ from coordinator.client.errors import (
     InvalidRequest,
     MessageIdConflict,
     NotFound,
+    PermissionDenied,
     ProducerGroupMismatch,
+    RateLimited,
     StateConflict,
     TransactionalMessagesRejected,
+    Unauthenticated,
 )
 from coordinator.client.listener import AsyncTransactionListener, TransactionListener
 from coordinator.client.message import (
@@ -57,8 +60,10 @@ __all__ = [
     "Message",
     "MessageIdConflict",
     "NotFound",
+    "PermissionDenied",
     "ProducerGroupMismatch",
     "PushConsumer",
+    "RateLimited",
     "ReceivedMessage",
     "RetryPolicy",
     "SendResult",
@@ -68,4 +73,5 @@ __all__ = [
     "TransactionListener",
     "TransactionProducer",
     "TransactionalMessagesRejected",
+    "Unauthenticated",
 ]

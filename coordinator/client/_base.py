@@ -26,15 +26,18 @@ class Connected(Generic[T]):
     role: str  # names the client in the error for a call before start()
     _transport_class: type[T]
 
-    def __init__(self, endpoint: str, *, timeout: float, retry: RetryPolicy | None) -> None:
+    def __init__(
+        self, endpoint: str, *, timeout: float, retry: RetryPolicy | None, token: str | None
+    ) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
         self.retry = retry
+        self._token = token
         self._transport: T | None = None
 
     def _connect(self) -> T:
         self._transport = self._transport_class(
-            self.endpoint, timeout=self.timeout, retry=self.retry
+            self.endpoint, timeout=self.timeout, retry=self.retry, token=self._token
         )
         return self._transport
 

@@ -28,9 +28,17 @@ class _Transport(Generic[H]):
     _http_class: type[H]
 
     def __init__(
-        self, endpoint: str, *, timeout: float = 10.0, retry: RetryPolicy | None = None
+        self,
+        endpoint: str,
+        *,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        token: str | None = None,
     ) -> None:
-        self.client = self._http_class(base_url=endpoint, timeout=timeout)
+        # The token goes with every request: the coordinator needs one as soon
+        # as any token exists (see docs/security.md).
+        headers = {"authorization": f"Bearer {token}"} if token else None
+        self.client = self._http_class(base_url=endpoint, timeout=timeout, headers=headers)
         self.retry = retry or RetryPolicy()
 
 

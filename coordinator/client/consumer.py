@@ -112,8 +112,9 @@ class _Consumer(base.Connected[base.T]):
         wait_seconds: float = 20.0,
         timeout: float = 10.0,
         retry: RetryPolicy | None = None,
+        token: str | None = None,
     ) -> None:
-        super().__init__(endpoint, timeout=timeout, retry=retry)
+        super().__init__(endpoint, timeout=timeout, retry=retry, token=token)
         self.settings = _ConsumerSettings(
             group,
             subscriptions,

@@ -52,19 +52,37 @@ class MessageIdConflict(Conflict):
     """409 message_id_conflict: the message id is used by a different message."""
 
 
+class Unauthenticated(CoordinatorRequestError):
+    """401: no token, or one the coordinator does not know (pass `token=`)."""
+
+
+class PermissionDenied(CoordinatorRequestError):
+    """403: the token's permissions do not cover this topic or group."""
+
+
+class RateLimited(CoordinatorRequestError):
+    """429: the token is over its request rate or holds too many long polls."""
+
+
 _BY_CODE: dict[str, type[CoordinatorRequestError]] = {
     "state_conflict": StateConflict,
     "producer_group_mismatch": ProducerGroupMismatch,
     "message_id_conflict": MessageIdConflict,
     "transactional_messages_rejected": TransactionalMessagesRejected,
+    "unauthenticated": Unauthenticated,
+    "permission_denied": PermissionDenied,
+    "rate_limited": RateLimited,
 }
 _BY_STATUS: dict[int, type[CoordinatorRequestError]] = {
     400: InvalidRequest,
     403: TransactionalMessagesRejected,
     404: NotFound,
     409: Conflict,
+    401: Unauthenticated,
     413: InvalidRequest,
+    415: InvalidRequest,
     422: InvalidRequest,
+    429: RateLimited,
 }
 
 

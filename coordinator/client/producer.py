@@ -33,6 +33,7 @@ class _ProducerOptions(TypedDict, total=False):
     check_wait_seconds: float
     timeout: float
     retry: RetryPolicy | None
+    token: str | None
 
 
 class _Producer(base.Connected[base.T], Generic[base.T, L]):
@@ -51,8 +52,9 @@ class _Producer(base.Connected[base.T], Generic[base.T, L]):
         check_wait_seconds: float = 2.0,
         timeout: float = 10.0,
         retry: RetryPolicy | None = None,
+        token: str | None = None,
     ) -> None:
-        super().__init__(endpoint, timeout=timeout, retry=retry)
+        super().__init__(endpoint, timeout=timeout, retry=retry, token=token)
         self.group = group
         self.listener = listener
         self.instance_id = instance_id or uuid.uuid4().hex[:16]

@@ -37,6 +37,7 @@ from coordinator.domain.errors import RateLimited, Unauthenticated
 log = logging.getLogger(__name__)
 
 BEARER = "bearer "
+_ANONYMOUS = Principal.anonymous()  # one, not one per request of an open server
 
 
 @dataclass(slots=True)
@@ -129,7 +130,7 @@ class Authenticator:
     def authenticate(self, authorization: str | None) -> Principal:
         """The principal of an `Authorization: Bearer <token>` header value."""
         if not self.enabled:
-            principal = Principal.anonymous()
+            principal = _ANONYMOUS
         else:
             if not authorization or not authorization[:7].lower() == BEARER:
                 raise Unauthenticated(

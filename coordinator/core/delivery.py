@@ -138,7 +138,9 @@ class Delivery:
             check_topic(topic)
         check_count("max messages", max_messages, MAX_MESSAGES_LIMIT)
         check_invisible_seconds(invisible_seconds)
-        check_seconds("wait time", wait_seconds, low=0, high=MAX_WAIT_SECONDS, allow_zero=True)
+        # The server may hold long polls for less than the protocol allows.
+        longest = min(MAX_WAIT_SECONDS, self._context.settings.max_long_poll_seconds)
+        check_seconds("wait time", wait_seconds, low=0, high=longest, allow_zero=True)
         async with self._context.pool.connection() as conn:
             row = await fetch_one(
                 conn, "count_subscriptions", {"consumer_group": consumer_group, "topic": topic}

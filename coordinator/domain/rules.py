@@ -12,9 +12,12 @@ catching it here turns a would-be server error into a clear 4xx.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
+import socket
 from typing import Protocol
+from urllib.parse import unquote
 
 import httpx
 
@@ -276,6 +279,76 @@ def check_instance(producer_group: str, instance_id: str) -> None:
         )
 
 
+# A check URL is called by the coordinator, from inside its network: a
+# producer that could register any address would make the coordinator fetch
+# what only it can reach (server-side request forgery). Loopback and private
+# networks stay allowed, since producers often run on the same host or network.
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # Linux connects 0.0.0.0 to the host itself
+_BROADCAST = ipaddress.ip_address("255.255.255.255")
+# 169.254.169.254 and the ECS and Azure endpoints are link-local, refused as such.
+_METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "fd00:ec2::254",  # AWS instance metadata over IPv6
+        "100.100.100.200",  # Alibaba Cloud instance metadata
+    )
+)
+_METADATA_HOSTS = frozenset(
+    {
+        "metadata",
+        "metadata.google.internal",
+        "metadata.goog",
+        "instance-data",
+        "instance-data.ec2.internal",
+    }
+)
+# NAT64 gateways translate 64:ff9b::a.b.c.d to the IPv4 address a.b.c.d.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def forbidden_address(address: str | IPAddress) -> str | None:
+    """Why the coordinator must never call `address`, or None when it may.
+
+    The one rule for check URLs: applied to the host of a URL at registration
+    and to every address its host resolves to at each push.
+    """
+    if isinstance(address, str):
+        try:
+            address = ipaddress.ip_address(address)
+        except ValueError:
+            return "not an IP address"
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        elif address in _NAT64:
+            address = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in _METADATA_ADDRESSES:
+        return "a cloud instance metadata service"
+    if address.is_link_local:
+        return "link-local, where cloud instance metadata services live"
+    if address.is_unspecified or address in _THIS_NETWORK:
+        return "unspecified"
+    if address.is_multicast:
+        return "multicast"
+    if address == _BROADCAST:
+        return "broadcast"
+    return None
+
+
+def _host_address(host: str) -> IPAddress | None:
+    """The address a URL's host names by itself, without DNS (None: a host name)."""
+    try:
+        return ipaddress.ip_address(unquote(host))  # an IPv6 zone comes as %25
+    except ValueError:
+        pass
+    try:
+        # Resolvers also read 2852039166 or 0xa9.0xfe.0xa9.0xfe as IPv4 addresses.
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
 def check_url(url: str | None) -> str | None:
     if url is None:
         return None
@@ -287,6 +360,24 @@ def check_url(url: str | None) -> str | None:
         raise InvalidMessage(f"check URL {url[:80]!r} is not a URL") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise InvalidMessage(f"check URL {url[:80]!r} must be an absolute http or https URL")
+    if parsed.userinfo:
+        # The URL is listed to operators and written to logs: no secrets in it.
+        raise InvalidMessage(
+            "check URL must not contain credentials (user:password@); "
+            "check requests are signed with check_push_secret instead"
+        )
+    host = parsed.host.rstrip(".")
+    if host in _METADATA_HOSTS:
+        raise InvalidMessage(
+            f"check URL host {host!r} is a cloud instance metadata service; "
+            "the coordinator does not call it"
+        )
+    address = _host_address(host)
+    reason = forbidden_address(address) if address is not None else None
+    if reason is not None:
+        raise InvalidMessage(
+            f"check URL address {address} is {reason}; the coordinator does not call it"
+        )
     return url
 
 
@@ -295,8 +386,11 @@ MAX_POLL_WAIT_SECONDS = 60.0
 MAX_POLL_REQUESTS = 1000
 
 
-def check_poll(wait_seconds: float, max_requests: int) -> None:
-    if not 0 <= wait_seconds <= MAX_POLL_WAIT_SECONDS:
-        raise InvalidMessage(f"wait_seconds must be between 0 and {MAX_POLL_WAIT_SECONDS:g}")
+def check_poll(
+    wait_seconds: float, max_requests: int, *, high: float = MAX_POLL_WAIT_SECONDS
+) -> None:
+    """`high`: the server's bound on waits, at most MAX_POLL_WAIT_SECONDS."""
+    if not 0 <= wait_seconds <= high:
+        raise InvalidMessage(f"wait_seconds must be between 0 and {high:g}")
     if not 1 <= max_requests <= MAX_POLL_REQUESTS:
         raise InvalidMessage(f"max_requests must be between 1 and {MAX_POLL_REQUESTS}")

@@ -1,4 +1,5 @@
-"""The ASGI application. Its lifespan opens and closes the core's pool."""
+"""The ASGI application. Its lifespan opens and closes the core's pool and
+runs the authenticator and the check-back scheduler."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi import FastAPI
 from coordinator import __version__
 from coordinator.config import Settings
 from coordinator.core import Coordinator
+from coordinator.core.auth import open_allowed, running_authenticator
 from coordinator.core.checkback.scheduler import running_check_scheduler
 from coordinator.http.checkback import router as checkback_router
 from coordinator.http.consumers import router as consumers_router
@@ -26,8 +28,13 @@ def create_app(database_url: str, settings: Settings | None = None) -> HotRoutes
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with Coordinator.connect(database_url, settings, listen=True) as core:
             app.state.coordinator = core
-            async with running_check_scheduler(core.checkback.run_round, core.settings):
-                yield
+            async with running_authenticator(
+                core.context, open_allowed=open_allowed(settings)
+            ) as authenticator:
+                # On app.state, where FastAPI's routes and HotRoutes both find it.
+                app.state.authenticator = authenticator
+                async with running_check_scheduler(core.checkback.run_round, core.settings):
+                    yield
 
     app = FastAPI(
         title="coordinator",

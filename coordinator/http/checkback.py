@@ -1,14 +1,23 @@
 """Producer instances and their check-backs over HTTP; Prometheus /metrics.
 
 No SQL here: every route is one call into `core.checkback`.
+
+An instance's routes act for its producer group, so they need a token that
+may act as that group (as ending its transactions does); listing every
+group's instances is for admins. /metrics needs the metrics permission
+unless the server was started with metrics_open.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from contextlib import nullcontext
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from coordinator.core import Coordinator
+from coordinator.core.auth import Authenticator
+from coordinator.domain.access import Principal
 from coordinator.domain.rules import MAX_POLL_REQUESTS, MAX_POLL_WAIT_SECONDS
 from coordinator.http.checkback_schemas import (
     CheckRequestOut,
@@ -17,7 +26,8 @@ from coordinator.http.checkback_schemas import (
     ProducerOut,
     ProducersOut,
 )
-from coordinator.http.routes import ERRORS, coordinator
+from coordinator.http.routes import AUTH_ERRORS, BODY_ERRORS, ERRORS, coordinator
+from coordinator.http.security import json_body, long_poll, principal
 from coordinator.metrics import exposition
 
 router = APIRouter()
@@ -28,7 +38,8 @@ INSTANCE = "/v1/producers/{producer_group}/instances/{instance_id}"
 @router.post(
     INSTANCE + "/heartbeat",
     response_model=ProducerOut,
-    responses=ERRORS,
+    responses=BODY_ERRORS,
+    dependencies=[Depends(json_body)],
     tags=["producers"],
     summary="Register a producer instance, or tell the coordinator it is alive",
 )
@@ -37,7 +48,9 @@ async def heartbeat(
     producer_group: str = Path(),
     instance_id: str = Path(),
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> ProducerOut:
+    caller.require_producer_group(producer_group)
     producer = await core.checkback.heartbeat(
         producer_group, instance_id, body.check_url if body else None
     )
@@ -55,7 +68,9 @@ async def leave(
     producer_group: str = Path(),
     instance_id: str = Path(),
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> Response:
+    caller.require_producer_group(producer_group)
     await core.checkback.leave(producer_group, instance_id)
     return Response(status_code=204)
 
@@ -64,7 +79,12 @@ async def leave(
 async def list_producers(
     producer_group: str | None = Query(default=None),
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> ProducersOut:
+    if producer_group is None:
+        caller.require_admin("list the producers of every group (give ?producer_group=)")
+    else:
+        caller.require_producer_group(producer_group)
     found = await core.checkback.producers(producer_group)
     ttl = core.settings.producer_ttl_seconds
     return ProducersOut(producers=[ProducerOut.of(p, ttl_seconds=ttl) for p in found])
@@ -84,19 +104,29 @@ async def list_producers(
     ),
 )
 async def poll_checks(
+    request: Request,
     producer_group: str = Path(),
     instance_id: str = Path(),
     wait_seconds: float = Query(default=20.0, ge=0, le=MAX_POLL_WAIT_SECONDS),
     max_requests: int = Query(default=32, ge=1, le=MAX_POLL_REQUESTS),
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> ChecksOut:
-    requests = await core.checkback.poll(
-        producer_group, instance_id, wait_seconds=wait_seconds, max_requests=max_requests
-    )
+    caller.require_producer_group(producer_group)
+    with long_poll(request, caller) if wait_seconds > 0 else nullcontext():
+        requests = await core.checkback.poll(
+            producer_group, instance_id, wait_seconds=wait_seconds, max_requests=max_requests
+        )
     return ChecksOut(checks=[CheckRequestOut.of(r) for r in requests])
 
 
-@router.get("/metrics", tags=["service"], summary="Prometheus metrics")
-async def prometheus_metrics(core: Coordinator = Depends(coordinator)) -> Response:
+@router.get("/metrics", responses=AUTH_ERRORS, tags=["service"], summary="Prometheus metrics")
+async def prometheus_metrics(
+    request: Request, core: Coordinator = Depends(coordinator)
+) -> Response:
+    # Not Depends(principal): with metrics_open a scraper sends no token at all.
+    if not core.settings.metrics_open:
+        authenticator: Authenticator = request.app.state.authenticator
+        authenticator.authenticate(request.headers.get("authorization")).require_metrics()
     await core.checkback.refresh_gauges()
     return Response(content=exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -2,14 +2,23 @@
 
 RocketMQ 5 SimpleConsumer semantics over JSON. No SQL here: every route is
 one call of core.delivery.
+
+Each route acts for the consumer group in its path, so it needs a token that
+may consume as that group (subscribing also one that may consume the
+topic); requeueing dead letters is an operator's act and needs admin. A
+receipt handle works only for the group it was issued to: the core's
+queries match it together with the group.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Path, Query
+from contextlib import nullcontext
+
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from coordinator.core import Coordinator
+from coordinator.domain.access import Principal
 from coordinator.domain.rules import DEAD_LETTERS_PAGE_LIMIT, OFFSET_MAX
 from coordinator.http.consumer_schemas import (
     AckBatchIn,
@@ -32,19 +41,22 @@ from coordinator.http.consumer_schemas import (
     SubscriptionOut,
     SubscriptionsOut,
 )
-from coordinator.http.routes import coordinator
+from coordinator.http.routes import AUTH_ERRORS, coordinator
 from coordinator.http.schemas import ErrorOut
+from coordinator.http.security import json_body, long_poll, principal
 
 ERRORS = {
     400: {"model": ErrorOut, "description": "Invalid name, expression, limit or handle"},
+    **AUTH_ERRORS,
     404: {"model": ErrorOut, "description": "No such subscription, message or dead letter"},
     409: {"model": ErrorOut, "description": "Stale receipt handle (received again since)"},
+    415: {"model": ErrorOut, "description": "Request body not sent as application/json"},
     422: {"model": ErrorOut, "description": "Malformed request body"},
 }
 
 GROUP = "/v1/consumer-groups/{consumer_group}"
 
-router = APIRouter(tags=["consumers"], responses=ERRORS)
+router = APIRouter(tags=["consumers"], responses=ERRORS, dependencies=[Depends(json_body)])
 
 # Names are checked by the core (domain.rules), which answers 400 with a sentence.
 _group = Path(description="The consumer group.")
@@ -63,7 +75,9 @@ async def subscribe(
     consumer_group: str = _group,
     topic: str = _topic,
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> JSONResponse:
+    caller.require_consume(consumer_group, topic)
     result = await core.delivery.subscribe(
         consumer_group,
         topic,
@@ -81,8 +95,11 @@ async def subscribe(
     GROUP + "/subscriptions", response_model=SubscriptionsOut, summary="A group's subscriptions"
 )
 async def subscriptions(
-    consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+    consumer_group: str = _group,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> SubscriptionsOut:
+    caller.require_consumer_group(consumer_group)
     found = await core.delivery.subscriptions(consumer_group)
     return SubscriptionsOut(subscriptions=[SubscriptionOut.of(s) for s in found])
 
@@ -93,8 +110,12 @@ async def subscriptions(
     summary="Unsubscribe: the group's unacked messages of the topic are dropped",
 )
 async def unsubscribe(
-    consumer_group: str = _group, topic: str = _topic, core: Coordinator = Depends(coordinator)
+    consumer_group: str = _group,
+    topic: str = _topic,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> SubscriptionOut:
+    caller.require_consumer_group(consumer_group)
     return SubscriptionOut.of(await core.delivery.unsubscribe(consumer_group, topic))
 
 
@@ -104,15 +125,24 @@ async def unsubscribe(
     summary="Receive up to max_messages, long polling up to wait_seconds",
 )
 async def receive(
-    body: ReceiveIn, consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+    request: Request,
+    body: ReceiveIn,
+    consumer_group: str = _group,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> ReceiveOut:
-    messages = await core.delivery.receive(
-        consumer_group,
-        max_messages=body.max_messages,
-        invisible_seconds=body.invisible_seconds,
-        wait_seconds=body.wait_seconds,
-        topic=body.topic,
-    )
+    if body.topic is not None:
+        caller.require_consume(consumer_group, body.topic)
+    else:
+        caller.require_consumer_group(consumer_group)
+    with long_poll(request, caller) if body.wait_seconds > 0 else nullcontext():
+        messages = await core.delivery.receive(
+            consumer_group,
+            max_messages=body.max_messages,
+            invisible_seconds=body.invisible_seconds,
+            wait_seconds=body.wait_seconds,
+            topic=body.topic,
+        )
     return ReceiveOut(messages=[ReceivedMessageOut.of(m) for m in messages])
 
 
@@ -122,8 +152,12 @@ async def receive(
     summary="Ack one message by its receipt handle (404 unknown, 409 stale)",
 )
 async def ack(
-    body: AckIn, consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+    body: AckIn,
+    consumer_group: str = _group,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> AckOut:
+    caller.require_consumer_group(consumer_group)
     await core.delivery.ack(consumer_group, body.receipt_handle)
     return AckOut(receipt_handle=body.receipt_handle, outcome="acked")
 
@@ -134,8 +168,12 @@ async def ack(
     summary="Ack many messages; each handle gets its outcome (acked, stale, not_found)",
 )
 async def ack_batch(
-    body: AckBatchIn, consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+    body: AckBatchIn,
+    consumer_group: str = _group,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> AckBatchOut:
+    caller.require_consumer_group(consumer_group)
     results = await core.delivery.ack_batch(consumer_group, body.receipt_handles)
     return AckBatchOut(results=[AckOut.of(r) for r in results])
 
@@ -149,7 +187,9 @@ async def change_invisible_duration(
     body: ChangeInvisibleDurationIn,
     consumer_group: str = _group,
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> ChangeInvisibleDurationOut:
+    caller.require_consumer_group(consumer_group)
     change = await core.delivery.change_invisible_duration(
         consumer_group, body.receipt_handle, body.invisible_seconds
     )
@@ -164,7 +204,9 @@ async def dead_letters(
     topic: str | None = Query(default=None),
     limit: int = Query(default=100, description=f"1 to {DEAD_LETTERS_PAGE_LIMIT}, oldest first."),
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> DeadLettersOut:
+    caller.require_consumer_group(consumer_group)
     letters = await core.delivery.dead_letters(consumer_group, topic=topic, limit=limit)
     return DeadLettersOut(dead_letters=[DeadLetterOut.of(d) for d in letters])
 
@@ -178,7 +220,9 @@ async def requeue_all(
     body: RequeueAllIn | None = None,
     consumer_group: str = _group,
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> RequeueOut:
+    caller.require_admin("requeue dead letters")
     topic = body.topic if body is not None else None
     return RequeueOut(
         requeued=await core.delivery.requeue_dead_letters(consumer_group, topic=topic)
@@ -194,15 +238,20 @@ async def requeue_one(
     consumer_group: str = _group,
     dead_letter_id: int = Path(ge=1, le=OFFSET_MAX),
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> RequeueOut:
+    caller.require_admin("requeue dead letters")
     await core.delivery.requeue_dead_letter(dead_letter_id, consumer_group)
     return RequeueOut(requeued=1)
 
 
 @router.get(GROUP + "/lag", response_model=ConsumerLagsOut, summary="A group's lag per topic")
 async def lag(
-    consumer_group: str = _group, core: Coordinator = Depends(coordinator)
+    consumer_group: str = _group,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> ConsumerLagsOut:
+    caller.require_consumer_group(consumer_group)
     return ConsumerLagsOut(
         lag=[ConsumerLagOut.of(x) for x in await core.delivery.lag(consumer_group)]
     )

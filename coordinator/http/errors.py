@@ -12,6 +12,19 @@ from starlette.exceptions import HTTPException
 
 from coordinator.domain import errors
 
+
+class UnsupportedMediaType(errors.CoordinatorError):
+    """A request body that is not declared JSON.
+
+    Only HTTP has media types, so this error is the HTTP door's own. Refusing
+    them matters for more than tidiness: a browser sends a text/plain (or
+    untyped) POST to any site without asking it first (no CORS preflight),
+    so accepting one would let any web page drive the coordinator.
+    """
+
+    code = "unsupported_media_type"
+
+
 STATUS_BY_ERROR: dict[type[errors.CoordinatorError], int] = {
     errors.InvalidMessage: 400,
     errors.TransactionalMessagesRejected: 403,
@@ -23,6 +36,7 @@ STATUS_BY_ERROR: dict[type[errors.CoordinatorError], int] = {
     errors.Unauthenticated: 401,
     errors.PermissionDenied: 403,
     errors.RateLimited: 429,
+    UnsupportedMediaType: 415,
 }
 
 

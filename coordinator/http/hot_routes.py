@@ -6,17 +6,23 @@ these routes FastAPI's dispatch (middleware layers, dependency solving,
 parsing the body into dicts and validating those) cost about 250 µs of CPU
 per request, four times what uvicorn itself needs to read and answer one.
 
-HotRoutes answers them directly: it reads the body, validates it straight
-from the bytes with the route's own pydantic model (`model_validate_json`,
-in pydantic-core), and calls the route's own endpoint function from
-routes.py. FastAPI still declares and documents these routes (OpenAPI); only
-the dispatch is skipped. Every other request goes on to the FastAPI app.
+HotRoutes answers them directly: it authenticates the request (before
+reading the body, so a request without a valid token costs next to
+nothing), reads the body, checks that it is declared JSON (both with
+security.py, as FastAPI's routes), validates it straight from the bytes
+with the route's own pydantic model (`model_validate_json`, in
+pydantic-core), and calls the route's own endpoint function from routes.py
+with the body, the core and the principal, which makes the route's
+permission check. FastAPI still declares and
+documents these routes (OpenAPI); only the dispatch is skipped. Every
+other request goes on to the FastAPI app.
 
 Which routes are hot is marked once, with `routes.hot` on the endpoint; the
 table is built at startup from the FastAPI app's own routes (path, methods,
 body model, path parameters), so a hot route cannot drift from the route it
 stands for. An endpoint that needs more than HotRoutes supplies (query or
-header parameters, other dependencies, the request) is refused at startup.
+header parameters, dependencies other than the core and the principal, the
+request) is refused at startup.
 
 HotRoutes is the outermost app uvicorn serves, not a middleware inside
 FastAPI: FastAPI wraps even its user middleware in four layers of its own
@@ -30,7 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
@@ -40,9 +46,11 @@ from starlette.responses import Response
 from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
 
+from coordinator.core.auth import Authenticator
 from coordinator.domain.errors import CoordinatorError
 from coordinator.http.errors import core_error_response, error_response, validation_error_response
 from coordinator.http.routes import HOT_ENDPOINTS, coordinator
+from coordinator.http.security import is_json, not_json, principal
 
 Endpoint = Callable[..., Awaitable[Response]]
 
@@ -58,6 +66,9 @@ class HotRoute:
     # Each path parameter's name and the pydantic-core validator of its declared
     # type and constraints (Path(max_length=...)).
     path_params: tuple[tuple[str, Any], ...] = ()
+    # The keyword it takes the principal as; None if it needs no permission
+    # check (the request is authenticated all the same).
+    principal_param: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +123,17 @@ def hot_route(route: Any) -> HotRoute:
     for needed in _UNSUPPLIED:
         if getattr(dependant, needed, None):
             raise refuse(f"it takes {needed.removesuffix('_param_name').replace('_', ' ')}")
+    supplied: dict[Any, list[str]] = {coordinator: [], principal: []}
     for dependency in dependant.dependencies:
-        if dependency.call is not coordinator or not dependency.name:
-            raise refuse(f"it depends on {dependency.call!r}; only the core is supplied")
-    if len(dependant.dependencies) != 1:
+        if dependency.call not in supplied or not dependency.name:
+            raise refuse(
+                f"it depends on {dependency.call!r}; only the core and the principal are supplied"
+            )
+        supplied[dependency.call].append(dependency.name)
+    if len(supplied[coordinator]) != 1:
         raise refuse("it must take the core once (Depends(routes.coordinator))")
+    if len(supplied[principal]) > 1:
+        raise refuse("it takes the principal more than once")
     if len(dependant.body_params) != 1:
         raise refuse("it needs exactly one body parameter")
     body = dependant.body_params[0]
@@ -140,8 +157,9 @@ def hot_route(route: Any) -> HotRoute:
         endpoint=route.endpoint,
         body_model=model,
         body_param=body.name,
-        core_param=dependant.dependencies[0].name,
+        core_param=supplied[coordinator][0],
         path_params=tuple(path_params),
+        principal_param=supplied[principal][0] if supplied[principal] else None,
     )
 
 
@@ -165,13 +183,37 @@ def hot_table(app: FastAPI) -> dict[str, MethodTable]:
     }
 
 
+class _Heads(NamedTuple):
+    """The request headers HotRoutes reads, raw (ASGI names them in lower case)."""
+
+    content_length: bytes | None = None
+    content_type: bytes | None = None
+    authorization: bytes | None = None
+
+
+def _heads(scope: Scope) -> _Heads:
+    content_length = content_type = authorization = None
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            content_length = value
+        elif name == b"content-type":
+            content_type = value
+        elif name == b"authorization":
+            authorization = value
+    return _Heads(content_length, content_type, authorization)
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("latin-1")
+
+
 class HotRoutes:
     """The served ASGI app: refuses oversized requests, answers the hot
     routes, and passes everything else (and the lifespan) to FastAPI."""
 
     def __init__(self, app: FastAPI, max_bytes: int) -> None:
         self.app = app
-        self.state = app.state  # the lifespan puts the core there
+        self.state = app.state  # the lifespan puts the core and the authenticator there
         self.max_bytes = max_bytes
         self.table = hot_table(app)
 
@@ -179,7 +221,8 @@ class HotRoutes:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self._refuse_declared_size(scope)
+        heads = _heads(scope)
+        refusal = self._refuse_declared_size(heads.content_length)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
@@ -189,12 +232,12 @@ class HotRoutes:
             path = scope["path"]
             route = table.exact.get(path)
             if route is not None:
-                response = await self._answer(route, None, receive)
+                response = await self._answer(route, None, heads, receive)
                 await response(scope, receive, send)
                 return
             for route in table.templated:
                 if (found := route.pattern.match(path)) is not None:  # type: ignore[union-attr]
-                    response = await self._answer(route, found.groupdict(), receive)
+                    response = await self._answer(route, found.groupdict(), heads, receive)
                     await response(scope, receive, send)
                     return
         await self.app(scope, receive, send)
@@ -213,28 +256,38 @@ class HotRoutes:
                 return route, found.groupdict()
         return None
 
-    def _refuse_declared_size(self, scope: Scope) -> Response | None:
+    def _refuse_declared_size(self, content_length: bytes | None) -> Response | None:
         """HTTP 413 for a Content-Length over max_bytes, before reading the body."""
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                if value.isdigit() and int(value) > self.max_bytes:
-                    return error_response(
-                        413,
-                        "request_too_large",
-                        f"the request has {value.decode()} bytes; "
-                        f"at most {self.max_bytes} are accepted",
-                    )
-                break
+        if (
+            content_length is not None
+            and content_length.isdigit()
+            and int(content_length) > self.max_bytes
+        ):
+            return error_response(
+                413,
+                "request_too_large",
+                f"the request has {content_length.decode()} bytes; "
+                f"at most {self.max_bytes} are accepted",
+            )
         return None
 
     async def _answer(
-        self, route: HotRoute, raw_params: dict[str, str] | None, receive: Receive
+        self, route: HotRoute, raw_params: dict[str, str] | None, heads: _Heads, receive: Receive
     ) -> Response:
+        # Who asks before reading the body: a request without a valid token
+        # costs a header scan and a dict lookup.
+        authenticator: Authenticator = self.state.authenticator
+        try:
+            caller = authenticator.authenticate(_text(heads.authorization))
+        except CoordinatorError as error:
+            return core_error_response(error)
         body = await self._read_body(receive)
         if body is None:
             return error_response(
                 413, "request_too_large", f"at most {self.max_bytes} bytes are accepted"
             )
+        if body and not is_json(content_type := _text(heads.content_type)):
+            return core_error_response(not_json(content_type))
         path_arguments: dict[str, Any] = {}
         if raw_params is not None:
             for name, validator in route.path_params:
@@ -251,6 +304,8 @@ class HotRoutes:
             parsed = route.body_model.model_validate_json(body)
         except ValidationError as error:
             return validation_error_response(error.errors(include_url=False))
+        if route.principal_param is not None:
+            path_arguments[route.principal_param] = caller
         try:
             return await route.endpoint(
                 **{route.body_param: parsed, route.core_param: self.state.coordinator},

@@ -6,11 +6,18 @@ wake-ups of the client, for every response. On the hot routes that was a
 sixth of the server's time. Here the writes made within one turn of the
 event loop are joined and sent at the end of that turn; the start and the
 body of a response are sent in the same turn, so they leave together.
+
+It also bounds the open connections of a server (max_connections): one more
+is answered 429 and closed without reaching the app. uvicorn builds the
+protocol with keyword arguments only, so the limit comes in as one more:
+`functools.partial(CoalescingHttpToolsProtocol, max_connections=N)` is the
+`http` protocol class, and it pickles, so `--workers` processes get it too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -19,6 +26,30 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 # within one turn is not held in memory, and the real transport's flow
 # control (pause_writing) still sees it grow.
 FLUSH_BYTES = 64 * 1024
+
+# How long a refused connection is read (and its bytes dropped) before it is
+# closed anyway: closing a socket with unread request bytes makes the kernel
+# reset the connection, which can destroy the 429 before the client reads it.
+LINGER_SECONDS = 2.0
+
+
+def _too_many_connections(limit: int) -> bytes:
+    body = json.dumps(
+        {
+            "error": "too_many_connections",
+            "message": f"this server holds {limit} open connections, its most; "
+            "retry later or reuse a connection",
+        },
+        separators=(",", ":"),
+    ).encode()
+    head = (
+        "HTTP/1.1 429 Too Many Requests\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        "retry-after: 1\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 class _CoalescingTransport:
@@ -57,6 +88,41 @@ class _CoalescingTransport:
         return getattr(self._transport, name)
 
 
+class _Refused(asyncio.Protocol):
+    """A connection over the limit, answered already: drop what it sends until it ends."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._closing = loop.call_later(LINGER_SECONDS, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing.cancel()
+
+
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(self, *args: Any, max_connections: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_connections = max_connections
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # uvicorn keeps the server's open connections in server_state.connections
+        # (added here by connection_made, removed by connection_lost), so their
+        # count is exact per server without a counter of our own.
+        limit = self.max_connections
+        if limit is not None and len(self.connections) >= limit:
+            self._refuse(transport, limit)
+            return
         super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def _refuse(self, transport: asyncio.Transport, limit: int) -> None:
+        # This protocol never joins the server's connections; from here on the
+        # transport reports to _Refused, so neither counts it nor parses it.
+        transport.set_protocol(_Refused(transport, self.loop))
+        transport.write(_too_many_connections(limit))
+        if transport.can_write_eof():
+            transport.write_eof()  # the client reads the answer to its end at once

@@ -2,7 +2,11 @@
 
 The sending and ending routes are marked `@hot`: hot_routes.HotRoutes finds
 them among the app's routes and calls these same endpoint functions with the
-validated body and the core, without FastAPI's dispatch.
+validated body, the core and the principal, without FastAPI's dispatch.
+
+Every route but /health takes the request's principal (security.principal:
+401 without a valid token) and makes the permission check that fits it
+(403 with a sentence); domain/access.py says who may do what.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from coordinator.core import Coordinator
-from coordinator.domain.messages import EndRequest
+from coordinator.domain.access import Principal
+from coordinator.domain.messages import EndRequest, MessageRecord
 from coordinator.domain.rules import ID_MAX_LENGTH, OFFSET_MAX
 from coordinator.http.consumer_schemas import ConsumerLagOut
 from coordinator.http.schemas import (
@@ -35,18 +40,32 @@ from coordinator.http.schemas import (
     end_result_json,
     send_result_json,
 )
+from coordinator.http.security import principal
 
+# What any route but /health may answer for its token.
+AUTH_ERRORS = {
+    401: {"model": ErrorOut, "description": "No token, or one that is unknown or revoked"},
+    403: {"model": ErrorOut, "description": "The token's permissions do not cover the request"},
+    429: {"model": ErrorOut, "description": "Over the token's request rate or long polls"},
+}
 ERRORS = {
     400: {"model": ErrorOut, "description": "Invalid message or request"},
-    403: {"model": ErrorOut, "description": "Transactional messages are rejected"},
+    401: AUTH_ERRORS[401],
+    403: {
+        "model": ErrorOut,
+        "description": "Not permitted to the token, or transactional messages are rejected",
+    },
     404: {"model": ErrorOut, "description": "Unknown transaction or message"},
     409: {"model": ErrorOut, "description": "State conflict, producer group or id mismatch"},
     422: {"model": ErrorOut, "description": "Malformed request body"},
+    429: AUTH_ERRORS[429],
 }
-# The routes that read a body also refuse one over max_request_bytes.
+# The routes that read a body also refuse one over max_request_bytes, and
+# one not declared JSON.
 BODY_ERRORS = {
     **ERRORS,
     413: {"model": ErrorOut, "description": "Request body over the size limit"},
+    415: {"model": ErrorOut, "description": "Request body not sent as application/json"},
 }
 
 router = APIRouter()
@@ -61,8 +80,9 @@ HOT_ENDPOINTS: set[Callable[..., Any]] = set()
 def hot(endpoint: EndpointT) -> EndpointT:
     """Serve this route through hot_routes.HotRoutes (see its docstring).
 
-    The endpoint must take one pydantic body, path parameters and the core,
-    and return a Response; HotRoutes refuses at startup one that does not.
+    The endpoint must take one pydantic body, path parameters, the core and
+    optionally the principal (Depends(security.principal)), and return a
+    Response; HotRoutes refuses at startup one that does not.
     """
     HOT_ENDPOINTS.add(endpoint)
     return endpoint
@@ -91,7 +111,12 @@ async def health(response: Response, core: Coordinator = Depends(coordinator)) -
     summary="Send a half (prepared) message",
 )
 @hot
-async def prepare(body: MessageIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
+async def prepare(
+    body: MessageIn,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> JSONResponse:
+    caller.require_produce(body.topic, body.producer_group)
     result = await core.prepare(body.to_message())
     return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
 
@@ -104,7 +129,12 @@ async def prepare(body: MessageIn, core: Coordinator = Depends(coordinator)) -> 
     summary="Send many half messages in one database transaction",
 )
 @hot
-async def prepare_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
+async def prepare_batch(
+    body: BatchIn,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> JSONResponse:
+    _require_produce_all(caller, body)
     results = await core.prepare_batch([m.to_message() for m in body.messages])
     return JSONResponse({"results": [send_result_json(r) for r in results]})
 
@@ -121,7 +151,11 @@ async def end(
     body: EndIn,
     transaction_id: str = Path(max_length=ID_MAX_LENGTH),
     core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> JSONResponse:
+    # The core refuses a group that is not the message's own (409), so a
+    # token can end, and answer check-backs of, its own groups' messages only.
+    caller.require_producer_group(body.producer_group)
     result = await core.end(
         EndRequest(
             transaction_id=transaction_id,
@@ -142,7 +176,15 @@ async def end(
     summary="End many transactions in one database transaction, each with its own outcome",
 )
 @hot
-async def end_batch(body: EndBatchIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
+async def end_batch(
+    body: EndBatchIn,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> JSONResponse:
+    # All or nothing, before anything is ended: a batch naming a group the
+    # token may not act for is refused whole (403), like a batch send.
+    for group in dict.fromkeys(item.producer_group for item in body.requests):
+        caller.require_producer_group(group)
     requests = [
         EndRequest(
             transaction_id=item.transaction_id,
@@ -171,9 +213,11 @@ async def end_batch(body: EndBatchIn, core: Coordinator = Depends(coordinator)) 
     tags=["lookup"],
 )
 async def get_by_transaction(
-    transaction_id: str = Path(max_length=ID_MAX_LENGTH), core: Coordinator = Depends(coordinator)
+    transaction_id: str = Path(max_length=ID_MAX_LENGTH),
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> MessageOut:
-    return MessageOut.of(await core.get_message(transaction_id=transaction_id))
+    return _readable(caller, await core.get_message(transaction_id=transaction_id))
 
 
 @router.post(
@@ -185,7 +229,12 @@ async def get_by_transaction(
     summary="Send a normal (non-transactional) message",
 )
 @hot
-async def send(body: MessageIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
+async def send(
+    body: MessageIn,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> JSONResponse:
+    caller.require_produce(body.topic, body.producer_group)
     result = await core.send(body.to_message())
     return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
 
@@ -194,7 +243,12 @@ async def send(body: MessageIn, core: Coordinator = Depends(coordinator)) -> JSO
     "/v1/messages/batch", response_model=BatchOut, responses=BODY_ERRORS, tags=["messages"]
 )
 @hot
-async def send_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) -> JSONResponse:
+async def send_batch(
+    body: BatchIn,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> JSONResponse:
+    _require_produce_all(caller, body)
     results = await core.send_batch([m.to_message() for m in body.messages])
     return JSONResponse({"results": [send_result_json(r) for r in results]})
 
@@ -203,20 +257,39 @@ async def send_batch(body: BatchIn, core: Coordinator = Depends(coordinator)) ->
     "/v1/messages/{message_id}", response_model=MessageOut, responses=ERRORS, tags=["lookup"]
 )
 async def get_by_message_id(
-    message_id: str = Path(max_length=ID_MAX_LENGTH), core: Coordinator = Depends(coordinator)
+    message_id: str = Path(max_length=ID_MAX_LENGTH),
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> MessageOut:
-    return MessageOut.of(await core.get_message(message_id=message_id))
+    return _readable(caller, await core.get_message(message_id=message_id))
 
 
 @router.get("/v1/offsets/{offset}", response_model=MessageOut, responses=ERRORS, tags=["lookup"])
 async def get_by_offset(
-    offset: int = Path(ge=1, le=OFFSET_MAX), core: Coordinator = Depends(coordinator)
+    offset: int = Path(ge=1, le=OFFSET_MAX),
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
 ) -> MessageOut:
-    return MessageOut.of(await core.get_message(offset=offset))
+    return _readable(caller, await core.get_message(offset=offset))
 
 
-@router.get("/v1/status", response_model=StatusOut, tags=["service"])
-async def status(core: Coordinator = Depends(coordinator)) -> StatusOut:
+def _readable(caller: Principal, record: MessageRecord) -> MessageOut:
+    """The message, for its own producer group's tokens and admins only (its body
+    is the producer's data)."""
+    caller.require_read_message(record.producer_group)
+    return MessageOut.of(record)
+
+
+def _require_produce_all(caller: Principal, body: BatchIn) -> None:
+    for topic, group in dict.fromkeys((m.topic, m.producer_group) for m in body.messages):
+        caller.require_produce(topic, group)
+
+
+@router.get("/v1/status", response_model=StatusOut, responses=AUTH_ERRORS, tags=["service"])
+async def status(
+    core: Coordinator = Depends(coordinator), caller: Principal = Depends(principal)
+) -> StatusOut:
+    caller.require_admin("read the status")
     current = await core.status()
     oldest = current.oldest_pending
     return StatusOut(

@@ -132,6 +132,26 @@ def test_bad_producer_requests_get_a_4xx_sentence(
     assert response.json()["error"] == "invalid_request" and response.json()["message"]
 
 
+@pytest.mark.parametrize(
+    ("check_url", "says"),
+    [
+        ("http://169.254.169.254/latest/meta-data", "link-local"),
+        ("http://[fe80::1]/x", "link-local"),
+        ("http://metadata.google.internal/", "metadata"),
+        ("http://0.0.0.0/", "unspecified"),
+        ("http://u:p@127.0.0.1/", "credentials"),
+    ],
+)
+def test_check_urls_the_coordinator_must_not_call_get_a_400_sentence(
+    http: httpx.Client, check_url: str, says: str
+) -> None:
+    response = http.post(INSTANCE_PATH + "/heartbeat", json={"check_url": check_url})
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_request"
+    assert says in response.json()["message"]
+    assert http.get("/v1/producers").json() == {"producers": []}
+
+
 def test_metrics_show_half_messages_resolutions_and_check_backs(http: httpx.Client) -> None:
     http.post(INSTANCE_PATH + "/heartbeat", json={})
     pending = _send(http)

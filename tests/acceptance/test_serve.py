@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
-from bench.server import serve_process
+from bench.server import free_port, serve_process
+from coordinator.core.tokens import secret_sha256
+from coordinator.db.queries import execute_sync
 from tests.factories import GROUP, TOPIC
 
 pytestmark = pytest.mark.slow
@@ -114,3 +122,160 @@ def test_serve_with_several_workers_shares_the_port_and_the_database(
                 json={"producer_group": GROUP, "resolution": "commit"},
             )
             assert ended.json()["state"] == "committed"
+
+
+def run_serve(workdir: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """`coordinator ARGS` run to its end, for a start that must fail (killed at the timeout)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator", *args],
+        cwd=workdir,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _output_of(process: subprocess.Popen[bytes]) -> str:
+    return process.stdout.read().decode() if process.stdout else ""
+
+
+def test_serve_on_a_public_address_without_a_token_refuses_to_start(
+    tmp_path: Path, database_url: str
+) -> None:
+    result = run_serve(
+        tmp_path,
+        "--database-url",
+        database_url,
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(free_port()),
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert (
+        "refusing to listen on 0.0.0.0 without authentication: create a token with "
+        "`coordinator tokens create`, listen on 127.0.0.1, or pass --insecure"
+    ) in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "listening on" not in result.stdout
+
+
+def test_serve_insecure_on_a_public_address_starts_and_warns(
+    tmp_path: Path, database_url: str
+) -> None:
+    # Bound to every address, but the test's traffic stays on loopback.
+    with serve_process(
+        cwd=tmp_path,
+        global_args=["--database-url", database_url],
+        serve_args=["--host", "0.0.0.0", "--insecure"],
+    ) as server:
+        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    output = _output_of(server.process)
+    port = server.url.rsplit(":", 1)[1]
+    assert (
+        f"warning: authentication is off (no token exists, --insecure) on 0.0.0.0: anyone who "
+        f"can reach port {port} can take over the transactions"
+    ) in output
+    assert f"coordinator listening on http://0.0.0.0:{port} (API docs at /docs)" in output
+
+
+def test_serve_on_loopback_without_a_token_says_authentication_is_off(
+    tmp_path: Path, database_url: str
+) -> None:
+    with serve_process(cwd=tmp_path, global_args=["--database-url", database_url]) as server:
+        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    output = _output_of(server.process)
+    assert "authentication is off (no token exists): listening on loopback only" in output
+    assert f"coordinator listening on {server.url} (API docs at /docs)" in output
+
+
+def _create_token(database_url: str, name: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        execute_sync(
+            conn,
+            "create_token",
+            {
+                "name": name,
+                "secret_sha256": secret_sha256(f"coord_{name}-secret"),
+                "produce_topics": [],
+                "producer_groups": [],
+                "consume_groups": [],
+                "consume_topics": [],
+                "admin": False,
+                "metrics": True,
+            },
+        )
+
+
+def test_serve_with_tokens_says_authentication_is_on_and_may_listen_publicly(
+    tmp_path: Path, database_url: str
+) -> None:
+    _create_token(database_url, "ops")
+    _create_token(database_url, "dashboards")
+    with serve_process(
+        cwd=tmp_path,
+        global_args=["--database-url", database_url],
+        serve_args=["--host", "0.0.0.0"],
+    ) as server:
+        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    output = _output_of(server.process)
+    assert "authentication is on (2 tokens)" in output
+    assert "warning" not in output
+
+
+def _get_health(conn: http.client.HTTPConnection) -> int:
+    conn.request("GET", "/health")
+    response = conn.getresponse()
+    response.read()
+    return response.status
+
+
+def test_a_connection_beyond_max_connections_is_answered_429_and_closed(
+    tmp_path: Path, database_url: str
+) -> None:
+    with serve(
+        tmp_path,
+        "--database-url",
+        database_url,
+        env={"COORDINATOR_MAX_CONNECTIONS": "2"},
+    ) as url:
+        host, port = url.removeprefix("http://").split(":")
+        held = [http.client.HTTPConnection(host, int(port), timeout=10) for _ in range(2)]
+        try:
+            # One request each: both connections are open, kept alive and counted.
+            assert [_get_health(conn) for conn in held] == [200, 200]
+
+            with socket.create_connection((host, int(port)), timeout=10) as third:
+                third.sendall(b"GET /health HTTP/1.1\r\nhost: test\r\n\r\n")
+                answer = b""
+                while chunk := third.recv(65536):  # b"": the server closed it
+                    answer += chunk
+            head, body = answer.split(b"\r\n\r\n", 1)
+            assert head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
+            assert b"connection: close" in head.lower()
+            assert json.loads(body)["error"] == "too_many_connections"
+
+            # The held connections were not disturbed.
+            assert _get_health(held[1]) == 200
+
+            held[0].close()
+            # The server frees the slot when it sees the close: allow it a moment.
+            deadline = time.monotonic() + 5
+            while True:
+                fresh = http.client.HTTPConnection(host, int(port), timeout=10)
+                try:
+                    status = _get_health(fresh)
+                except (ConnectionError, http.client.HTTPException):
+                    status = 0
+                finally:
+                    fresh.close()
+                if status == 200 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert status == 200
+        finally:
+            for conn in held:
+                conn.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from collections import Counter
 
 import psycopg
@@ -197,6 +198,7 @@ async def test_a_push_answer_resolves_the_transaction(
     assert pushed.signed_with(SECRET)
     assert pushed.signature.startswith("sha256=")
     assert not pushed.signed_with("another secret")
+    assert pushed.timestamp is not None and abs(int(pushed.timestamp) - time.time()) < 60
     assert pushed.json["transaction_id"] == sent.transaction_id
     assert pushed.json["check_count"] == 1 and pushed.json["tags"] == "created"
     row = message(db, sent.offset)
@@ -260,6 +262,30 @@ async def test_an_unreachable_check_url_is_a_failed_push(
     assert check_request(db, sent.offset)["detail"].startswith("ConnectError")
 
 
+async def test_a_check_url_resolving_to_a_forbidden_address_is_not_pushed(
+    core: Coordinator, db: psycopg.Connection
+) -> None:
+    # Registration refuses this URL, so the row is written directly: it stands for
+    # a host name that resolves to such an address by the time of the push.
+    await core.checkback.heartbeat(GROUP, INSTANCE, "http://10.0.0.7/check")
+    db.execute(
+        "UPDATE producers SET check_url = 'http://169.254.169.254/latest/meta-data' "
+        "WHERE instance_id = %s",
+        (INSTANCE,),
+    )
+    sent = await core.prepare(half())
+    make_due(db, sent.offset)
+    result = await core.checkback.run_round()
+    assert (result.pushed, result.push_failures) == (0, 1)
+    request = check_request(db, sent.offset)
+    assert request["status"] == CheckStatus.FAILED
+    assert request["detail"].startswith(
+        "check URL resolves to a forbidden address 169.254.169.254 (link-local"
+    )
+    row = message(db, sent.offset)
+    assert (row["state"], row["check_count"]) == ("prepared", 1)  # waits for its next check
+
+
 async def test_a_push_answer_for_an_already_resolved_message_changes_nothing(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
@@ -291,6 +317,7 @@ async def test_pushes_are_unsigned_without_a_secret(
             await core.checkback.run_round()
     (pushed,) = receiver.received
     assert pushed.signature is None
+    assert pushed.timestamp is None
 
 
 @pytest.mark.parametrize(
@@ -301,6 +328,11 @@ async def test_pushes_are_unsigned_without_a_secret(
         (INSTANCE, "ftp://example.com/check"),
         (INSTANCE, "/relative/check"),
         (INSTANCE, "http://" + "x" * 2100),
+        (INSTANCE, "http://169.254.169.254/latest/meta-data"),
+        (INSTANCE, "http://[fe80::1]/x"),
+        (INSTANCE, "http://metadata.google.internal/"),
+        (INSTANCE, "http://0.0.0.0/"),
+        (INSTANCE, "http://u:p@127.0.0.1/"),
     ],
 )
 async def test_bad_instance_ids_and_check_urls_are_refused(

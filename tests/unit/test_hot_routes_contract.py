@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import types
 import typing
 from collections.abc import Iterator
 from typing import Any
@@ -27,9 +28,12 @@ from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
 from coordinator.config import Settings
+from coordinator.core.auth import Authenticator
+from coordinator.core.context import CoreContext
 from coordinator.http import create_app, routes
 from coordinator.http.hot_routes import HotRoute, HotRoutes, api_routes
 from coordinator.http.schemas import ErrorOut
+from coordinator.http.security import principal
 from tests.conftest import LiveServer
 from tests.factories import GROUP, TOPIC
 
@@ -114,6 +118,7 @@ def _answers_itself(served: HotRoutes, method: str, path: str) -> bool:
 
     limited = HotRoutes(served.app, max_bytes=0)
     limited.app = fastapi  # type: ignore[assignment]
+    limited.state = types.SimpleNamespace(authenticator=_open_authenticator())
     scope = {"type": "http", "method": method, "path": path, "headers": []}
     asyncio.run(limited(scope, receive, send))
     return not passed_on
@@ -188,8 +193,46 @@ def test_a_hot_route_is_served_where_the_app_serves_it(mark_hot: Any) -> None:
     found = served.match("POST", "/v9/things")
     assert found is not None and found[0].endpoint is fine and found[0].body_model is Thing
     assert found[0].core_param == "core"
+    assert found[0].principal_param is None
     assert served.match("POST", "/things") is None
     assert served.match("GET", "/v9/things") is None
+
+
+def _open_authenticator() -> Authenticator:
+    """As on a loopback server without tokens: every request is anonymous."""
+    context = CoreContext(pool=None, settings=Settings())  # type: ignore[arg-type]
+    return Authenticator(context, open_allowed=True)
+
+
+def test_a_hot_route_is_handed_the_principal_it_asks_for(mark_hot: Any) -> None:
+    handed: list[tuple[Any, Any]] = []
+
+    @mark_hot
+    async def checked(
+        body: Thing,
+        core: Any = Depends(routes.coordinator),
+        who: Any = Depends(principal),
+    ) -> JSONResponse:
+        handed.append((core, who))
+        return JSONResponse({})
+
+    served = HotRoutes(_app_serving(checked), max_bytes=1024)
+    found = served.match("POST", "/v9/things")
+    assert found is not None and found[0].endpoint is checked
+    assert found[0].core_param == "core" and found[0].principal_param == "who"
+
+    served.state = types.SimpleNamespace(authenticator=_open_authenticator(), coordinator="core")
+    scope = {"type": "http", "method": "POST", "path": "/v9/things", "headers": list(_JSON)}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b'{"name": "x"}', "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    asyncio.run(served(scope, receive, send))
+    ((core, who),) = handed
+    assert core == "core" and who.name == "anonymous"
 
 
 def test_a_hot_endpoint_that_needs_more_than_hot_routes_supplies_is_refused(
@@ -215,15 +258,21 @@ def test_a_hot_endpoint_that_needs_more_than_hot_routes_supplies_is_refused(
     async def without_core(body: Thing) -> None:
         pass
 
+    async def twice_the_principal(
+        body: Thing, a: Any = Depends(principal), b: Any = Depends(principal), core: Any = core
+    ) -> None:
+        pass
+
     async def typed_path(body: Thing, n: int, core: Any = core) -> None:
         pass
 
     for endpoint, path, phrase in (
         (with_query, "/things", "query params"),
         (optional_body, "/things", "not a pydantic model"),
-        (other_dependency, "/things", "only the core is supplied"),
+        (other_dependency, "/things", "only the core and the principal are supplied"),
         (embedded, "/things", "embedded"),
         (without_core, "/things", "must take the core"),
+        (twice_the_principal, "/things", "principal more than once"),
         (typed_path, "/things/{n:int}", "typed parameter"),
     ):
         with pytest.raises(TypeError, match=phrase):
@@ -273,6 +322,10 @@ class Answers:
         return json.loads(raw)
 
 
+JSON = {"content-type": "application/json"}
+_JSON = [(b"content-type", b"application/json")]
+
+
 def _half(**overrides: object) -> dict[str, object]:
     return {"topic": TOPIC, "producer_group": GROUP, "body_text": "order 1001", **overrides}
 
@@ -293,7 +346,7 @@ def test_hot_answers_are_what_their_routes_declare(
         post(409, "/v1/transactions", _half(message_id="contract-1", body_text="other"))
         post(400, "/v1/transactions", _half(producer_group=None))
         post(422, "/v1/transactions", _half(surprise=1))
-        post(422, "/v1/transactions", content=b"\xff not json")
+        post(422, "/v1/transactions", content=b"\xff not json", headers=JSON)
 
         batch = post(200, "/v1/transactions/batch", {"messages": [_half(), _half(), _half()]})
         post(400, "/v1/transactions/batch", {"messages": []})
@@ -354,4 +407,54 @@ def test_refusals_are_what_the_hot_routes_declare(database_url: str, served: Hot
         post(403, "/v1/transactions/batch", {"messages": [_half()]})
         post(413, "/v1/messages", {"topic": TOPIC, "body_text": "x" * 2000})  # by its length
         chunks = (b'{"topic": "t", "body_text": "' + b"x" * 600, b"x" * 600 + b'"}')
-        post(413, "/v1/messages/batch", content=iter(chunks))  # once read: no length
+        post(413, "/v1/messages/batch", content=iter(chunks), headers=JSON)  # no length
+
+
+def test_auth_refusals_are_what_the_hot_routes_declare(
+    database_url: str, served: HotRoutes, issue_token: Any
+) -> None:
+    mine = issue_token("producer", produce_topics=(TOPIC,), producer_groups=(GROUP,))
+    theirs = issue_token("stranger", produce_topics=("elsewhere",), producer_groups=("others",))
+    with (
+        LiveServer(database_url, Settings()) as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+    ):
+        answers = Answers(http, served)
+        post = answers.post
+        as_mine = {"authorization": f"Bearer {mine}"}
+        tx = post(201, "/v1/transactions", _half(), headers=as_mine)["transaction_id"]
+        for path, payload in _one_request_per_hot_route(tx):
+            missing = post(401, path, payload)
+            assert "needs a token" in missing["message"]
+            wrong = post(401, path, payload, headers={"authorization": "Bearer coord_nope"})
+            assert "not valid" in wrong["message"]
+            denied = post(403, path, payload, headers={"authorization": f"Bearer {theirs}"})
+            assert "token 'stranger' may not" in denied["message"]
+            as_text = {**as_mine, "content-type": "text/plain"}
+            refused = post(415, path, content=json.dumps(payload).encode(), headers=as_text)
+            assert "application/json" in refused["message"]
+        post(200, f"/v1/transactions/{tx}/end", _end("commit"), headers=as_mine)
+
+    # One request a token, then no more for a long while.
+    limited = Settings(rate_limit_per_second=0.001, rate_limit_burst=1)
+    with (
+        LiveServer(database_url, limited) as server,
+        httpx.Client(base_url=server.url, timeout=10) as http,
+    ):
+        answers = Answers(http, served)
+        answers.post(201, "/v1/messages", {"topic": TOPIC, "body_text": "n"}, headers=as_mine)
+        for path, payload in _one_request_per_hot_route(tx):
+            slowed = answers.post(429, path, payload, headers=as_mine)
+            assert "over its rate" in slowed["message"]
+
+
+def _one_request_per_hot_route(tx: str) -> list[tuple[str, dict[str, object]]]:
+    normal = {"topic": TOPIC, "body_text": "n"}
+    return [
+        ("/v1/transactions", _half()),
+        ("/v1/transactions/batch", {"messages": [_half()]}),
+        (f"/v1/transactions/{tx}/end", _end("commit")),
+        ("/v1/transactions/end-batch", {"requests": [{"transaction_id": tx, **_end("commit")}]}),
+        ("/v1/messages", normal),
+        ("/v1/messages/batch", {"messages": [normal]}),
+    ]

@@ -1,10 +1,14 @@
-"""The served HTTP protocol sends the writes of one event-loop turn as one write."""
+"""The served HTTP protocol sends the writes of one event-loop turn as one write,
+and answers a connection over its limit with 429."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
+import json
+import pickle
 
 import uvicorn
 from starlette.types import Receive, Scope, Send
@@ -145,3 +149,81 @@ def test_a_response_served_by_uvicorn_through_the_protocol_leaves_in_one_write()
         "uvicorn writes some of it past the transport given to connection_made"
     )
     assert writes[0].startswith(b"HTTP/1.1 200 OK\r\n") and writes[0].endswith(b"\r\n\r\n{}")
+
+
+class EndableTransport(RecordingTransport):
+    """A socket's transport: it can send its end (EOF) and be handed to another protocol."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eof_written = False
+        self.protocol: asyncio.BaseProtocol | None = None
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof_written = True
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self.protocol = protocol
+
+
+def test_a_connection_over_the_limit_is_answered_429_and_closed_and_a_freed_slot_serves() -> None:
+    async def scenario() -> None:
+        config = uvicorn.Config(
+            _two_byte_answer, http=CoalescingHttpToolsProtocol, lifespan="off", access_log=False
+        )
+        state = ServerState()
+        limited = functools.partial(CoalescingHttpToolsProtocol, max_connections=2)
+        # pickled as `serve --workers N` hands it to its worker processes
+        limited = pickle.loads(pickle.dumps(limited))
+
+        def connect() -> tuple[CoalescingHttpToolsProtocol, EndableTransport]:
+            protocol = limited(config=config, server_state=state, app_state={})
+            transport = EndableTransport()
+            protocol.connection_made(transport)
+            return protocol, transport
+
+        first, _ = connect()
+        second, _ = connect()
+        assert len(state.connections) == 2
+
+        refused, over = connect()
+        await _turn()
+        assert len(state.connections) == 2  # the refused one never counts
+        (answer,) = over.writes
+        head, body = answer.split(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
+        assert b"connection: close" in head and b"content-type: application/json" in head
+        assert json.loads(body)["error"] == "too_many_connections"
+        assert over.eof_written
+        # The request that follows is read and dropped, never parsed or served.
+        assert over.protocol is not None and over.protocol is not refused
+        over.protocol.data_received(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
+        assert over.protocol.eof_received() is False  # the client's end closes it
+        over.protocol.connection_lost(None)
+        assert over.writes == [answer] and not over.closed  # closed by the transport itself
+
+        first.connection_lost(None)
+        _, served = connect()
+        assert len(state.connections) == 2
+        assert served.protocol is None  # a connection of its own, parsed by uvicorn
+        second.connection_lost(None)
+
+    asyncio.run(scenario())
+
+
+def test_without_a_limit_every_connection_is_served() -> None:
+    async def scenario() -> None:
+        config = uvicorn.Config(
+            _two_byte_answer, http=CoalescingHttpToolsProtocol, lifespan="off", access_log=False
+        )
+        state = ServerState()
+        for _ in range(3):
+            CoalescingHttpToolsProtocol(
+                config=config, server_state=state, app_state={}
+            ).connection_made(EndableTransport())
+        assert len(state.connections) == 3
+
+    asyncio.run(scenario())

@@ -1,22 +1,37 @@
 """Push dispatch: POST a check request to a producer instance's check URL.
 
 The body is the check request's JSON (the same object a long poll returns),
-signed with HMAC-SHA256 when `check_push_secret` is set. A 2xx answer means
-delivered; its JSON may carry the answer at once (DTM style):
+signed with HMAC-SHA256 over a timestamp and the body when
+`check_push_secret` is set (`signing`). A 2xx answer means delivered; its
+JSON may carry the answer at once (DTM style):
 `{"resolution": "commit" | "rollback" | "unknown"}`. Without one, the
 producer ends the transaction itself with `from_check: true`.
+
+Registration refuses check URLs whose host is a forbidden address, but a
+host name can resolve to one later (DNS rebinding, or a record changed since
+registration): before each push the host is resolved and the push is not
+sent when any of its addresses is forbidden (`rules.forbidden_address`).
+httpx resolves the name again to connect, so a resolver answering
+differently within that moment is not caught here.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import json
+import socket
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import httpx
 
 from coordinator import __version__
-from coordinator.core.checkback.signing import SIGNATURE_HEADER, sign
+from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from coordinator.domain.checkback import CheckRequest
+from coordinator.domain.rules import forbidden_address
 from coordinator.domain.states import Resolution
 
 
@@ -31,16 +46,55 @@ def encode(request: CheckRequest) -> bytes:
     return json.dumps(request.to_json(), separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def headers_for(body: bytes, secret: str | None) -> dict[str, str]:
+def headers_for(body: bytes, secret: str | None, *, timestamp: int | None = None) -> dict[str, str]:
+    """The headers of a push; `timestamp` (unix seconds) defaults to now."""
     headers = {"content-type": "application/json", "user-agent": f"coordinator/{__version__}"}
     if secret:
-        headers[SIGNATURE_HEADER] = sign(body, secret)
+        sent_at = str(int(time.time()) if timestamp is None else timestamp)
+        headers[TIMESTAMP_HEADER] = sent_at
+        headers[SIGNATURE_HEADER] = sign(body, secret, sent_at)
     return headers
+
+
+def forbidden_among(addresses: Iterable[str]) -> str | None:
+    """The first of a host's addresses the coordinator must not call, and why; None if none."""
+    for address in addresses:
+        reason = forbidden_address(address)
+        if reason is not None:
+            return f"{address} ({reason})"
+    return None
+
+
+async def resolve(host: str) -> list[str]:
+    """Every address `host` (a URL's host: a name or an IP literal) resolves to."""
+    host = unquote(host)  # an IPv6 zone comes as %25
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+async def refusal(url: str) -> str | None:
+    """Why a push to `url` must not be sent now, or None when it may."""
+    host = httpx.URL(url).host
+    try:
+        addresses = await resolve(host)
+    except OSError as error:
+        return f"check URL host {host!r} does not resolve: {error}"[:500]
+    forbidden = forbidden_among(addresses)
+    if forbidden is not None:
+        return f"check URL resolves to a forbidden address {forbidden}; not sent"[:500]
+    return None
 
 
 async def push(
     client: httpx.AsyncClient, url: str, request: CheckRequest, secret: str | None
 ) -> PushOutcome:
+    refused = await refusal(url)
+    if refused is not None:
+        return PushOutcome(False, detail=refused)
     body = encode(request)
     try:
         response = await client.post(url, content=body, headers=headers_for(body, secret))

@@ -38,7 +38,7 @@ from coordinator.domain.checkback import (
 )
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import EndRequest
-from coordinator.domain.rules import check_poll
+from coordinator.domain.rules import MAX_POLL_WAIT_SECONDS, check_poll
 from coordinator.domain.states import CheckStatus, DispatchMode, MessageState, Resolution, Source
 
 log = logging.getLogger(__name__)
@@ -234,8 +234,13 @@ class CheckBack:
 
         Polling also counts as being heard from (the instance stays live).
         """
-        check_poll(wait_seconds, max_requests)
         settings = self._context.settings
+        # The server may hold long polls for less than the protocol allows.
+        check_poll(
+            wait_seconds,
+            max_requests,
+            high=min(MAX_POLL_WAIT_SECONDS, settings.max_long_poll_seconds),
+        )
         async with self._context.pool.connection() as conn:
             await registry.heartbeat(
                 conn, settings, producer_group, instance_id, None, keep_check_url=True
