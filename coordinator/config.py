@@ -209,12 +209,14 @@ class Settings(BaseSettings):
         default=64, ge=1, description="Long polls one token may hold open at once (HTTP 429)."
     )
     rate_limit_per_second: float = Field(
-        default=2000.0,
+        # Above what one process serves on small machines: the limit stops a
+        # runaway client, not a busy service sharing one token.
+        default=10000.0,
         ge=0,
         description="Requests per second one token may make, sustained (HTTP 429); 0: no limit.",
     )
     rate_limit_burst: int = Field(
-        default=4000, ge=1, description="Requests one token may make at once above the rate."
+        default=20000, ge=1, description="Requests one token may make at once above the rate."
     )
     max_connections: int = Field(
         default=1024,

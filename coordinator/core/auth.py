@@ -11,9 +11,10 @@ request is then the anonymous principal. A server that may not run open
 refuses every request until a token exists, so revoking the last token never
 opens a public port.
 
-Limits per principal: a token bucket of rate_limit_per_second and
+Limits per token: a token bucket of rate_limit_per_second and
 rate_limit_burst (RateLimited, HTTP 429), and at most
-max_long_polls_per_token long polls at once.
+max_long_polls_per_token long polls at once. With authentication off they
+do not apply (the server listens on loopback, or was started --insecure).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ class Limits:
 
     def take_request(self, principal: Principal) -> None:
         rate = self.settings.rate_limit_per_second
-        if rate <= 0:
+        # Without authentication there is no one to tell apart: one shared
+        # budget would throttle every client together.
+        if rate <= 0 or principal is _ANONYMOUS:
             return
         now = time.monotonic()
         bucket = self._bucket(principal.name, now)
@@ -79,6 +82,9 @@ class Limits:
 
     @contextlib.contextmanager
     def long_poll(self, principal: Principal) -> Iterator[None]:
+        if principal is _ANONYMOUS:
+            yield
+            return
         bucket = self._bucket(principal.name, time.monotonic())
         most = self.settings.max_long_polls_per_token
         if bucket.long_polls >= most:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from coordinator.config import Settings
-from coordinator.core.auth import Limits, is_loopback, open_allowed
+from coordinator.core.auth import Authenticator, Limits, is_loopback, open_allowed
+from coordinator.core.context import CoreContext
 from coordinator.core.tokens import check_grants
 from coordinator.domain.access import Grants, Principal
 from coordinator.domain.errors import InvalidMessage, PermissionDenied, RateLimited
@@ -130,3 +131,14 @@ def test_only_loopback_addresses_may_serve_without_tokens(host: str, loopback: b
     assert is_loopback(host) is loopback
     assert open_allowed(Settings(host=host)) is loopback
     assert open_allowed(Settings(host=host, insecure=True)) is True
+
+
+def test_without_authentication_no_limit_applies() -> None:
+    # No tokens: nobody to tell apart, so no shared budget throttles everyone.
+    settings = Settings(rate_limit_per_second=0.001, rate_limit_burst=1, max_long_polls_per_token=1)
+    limits = Limits(settings)
+    anonymous = Authenticator(CoreContext(None, settings), open_allowed=True).authenticate(None)  # type: ignore[arg-type]
+    for _ in range(10):
+        limits.take_request(anonymous)
+    with limits.long_poll(anonymous), limits.long_poll(anonymous):
+        pass
