@@ -50,16 +50,10 @@ def _patterns(grants: Grants) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def token_json(info: TokenInfo) -> dict[str, Any]:
-    grants = info.grants
     return {
         "name": info.name,
-        "permissions": list(grants.permissions),
-        "produce_topics": list(grants.produce_topics),
-        "producer_groups": list(grants.producer_groups),
-        "consume_groups": list(grants.consume_groups),
-        "consume_topics": list(grants.consume_topics),
-        "admin": grants.admin,
-        "metrics": grants.metrics,
+        "permissions": list(info.grants.permissions),
+        **info.grants.by_field(),
         "created_at": info.created_at.isoformat(),
         "revoked_at": info.revoked_at.isoformat() if info.revoked_at else None,
     }

@@ -87,16 +87,7 @@ class Tokens:
             row = await fetch_one(
                 conn,
                 "create_token",
-                {
-                    "name": name,
-                    "secret_sha256": secret_sha256(token),
-                    "produce_topics": list(grants.produce_topics),
-                    "producer_groups": list(grants.producer_groups),
-                    "consume_groups": list(grants.consume_groups),
-                    "consume_topics": list(grants.consume_topics),
-                    "admin": grants.admin,
-                    "metrics": grants.metrics,
-                },
+                {"name": name, "secret_sha256": secret_sha256(token), **grants.by_field()},
             )
         if row is None:
             raise StateConflict(f"a token named {name!r} exists already (names stay taken)")

@@ -19,7 +19,7 @@ the same for HTTP and any later door.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from fnmatch import fnmatchcase
 
 from coordinator.domain.errors import InvalidMessage, PermissionDenied
@@ -54,6 +54,13 @@ class Grants:
     @classmethod
     def everything(cls) -> Grants:
         return cls(("*",), ("*",), ("*",), ("*",), admin=True, metrics=True)
+
+    def by_field(self) -> dict[str, list[str] | bool]:
+        """Every grant by field name, the patterns as lists (SQL parameters, JSON)."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in asdict(self).items()
+        }
 
     @property
     def permissions(self) -> tuple[str, ...]:
