@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from fnmatch import fnmatchcase
 
 from coordinator.domain.errors import InvalidMessage, PermissionDenied
+from coordinator.domain.rules import storable
 
 ANONYMOUS = "anonymous"
 PATTERN_MAX_LENGTH = 255
@@ -31,7 +32,7 @@ PATTERN_MAX_LENGTH = 255
 def check_patterns(what: str, patterns: Sequence[str]) -> tuple[str, ...]:
     """Patterns as a token stores them: non-empty, no blanks, no NUL."""
     for pattern in patterns:
-        if not pattern or pattern != pattern.strip() or "\x00" in pattern:
+        if not pattern or pattern != pattern.strip() or not storable(pattern):
             raise InvalidMessage(f"{what} pattern {pattern!r} must be a non-empty name or glob")
         if len(pattern) > PATTERN_MAX_LENGTH:
             raise InvalidMessage(f"{what} pattern is longer than {PATTERN_MAX_LENGTH} characters")

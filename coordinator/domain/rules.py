@@ -84,9 +84,24 @@ def check_message_id(message_id: str, what: str = "message id") -> str:
     return message_id
 
 
-def _check_text(what: str, value: str, max_length: int) -> None:
+def storable(value: str) -> bool:
+    """Whether PostgreSQL can store the text: no NUL, and valid UTF-8.
+
+    JSON can spell a lone UTF-16 surrogate (`"\\ud800"`) and Python holds it,
+    but it has no UTF-8 form: the driver would fail on it (a 500).
+    """
     if "\x00" in value:
-        raise InvalidMessage(f"{what} must not contain NUL characters")
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_text(what: str, value: str, max_length: int) -> None:
+    if not storable(value):
+        raise InvalidMessage(f"{what} must be valid UTF-8 text without NUL characters")
     if len(value) > max_length:
         raise InvalidMessage(f"{what} is longer than {max_length} characters")
 
@@ -121,8 +136,10 @@ def check_properties(properties: dict[str, str], settings: MessageLimits) -> dic
             raise InvalidMessage("properties must map strings to strings")
         if not name:
             raise InvalidMessage("a property name must not be empty")
-        if "\x00" in name or "\x00" in value:
-            raise InvalidMessage(f"property {name!r} must not contain NUL characters")
+        if not (storable(name) and storable(value)):
+            raise InvalidMessage(
+                f"property {name!r} must be valid UTF-8 text without NUL characters"
+            )
         size += len(name.encode()) + len(value.encode())
     if size > settings.max_properties_bytes:
         raise InvalidMessage(
