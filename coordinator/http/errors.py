@@ -75,7 +75,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http_error(_: Request, error: HTTPException) -> JSONResponse:
         # Starlette's own answers (404 for an unknown route, 400 for a body
         # that is not JSON, 405, ...) in the same shape as ours.
-        codes = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
+        codes = {
+            400: "invalid_request",
+            404: "not_found",
+            405: "method_not_allowed",
+            413: "request_too_large",
+        }
         response = error_response(
             error.status_code, codes.get(error.status_code, "http_error"), str(error.detail)
         )

@@ -42,9 +42,10 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.convertors import StringConvertor
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import compile_path
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from coordinator.core.auth import Authenticator
 from coordinator.domain.errors import CoordinatorError
@@ -240,7 +241,26 @@ class HotRoutes:
                     response = await self._answer(route, found.groupdict(), heads, receive)
                     await response(scope, receive, send)
                     return
+        if heads.content_length is None:
+            # A chunked body declares no size: count it as FastAPI reads it.
+            receive = self._size_limited(receive)
         await self.app(scope, receive, send)
+
+    def _size_limited(self, receive: Receive) -> Receive:
+        """`receive`, refusing (413) a body once it exceeds max_bytes, before reading more."""
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                # Raised inside FastAPI's body read: its error handler answers
+                # (nothing has been sent yet) and the rest is never read.
+                raise HTTPException(413, f"at most {self.max_bytes} bytes are accepted")
+            return message
+
+        return limited
 
     def match(self, method: str, path: str) -> tuple[HotRoute, dict[str, str] | None] | None:
         """The hot route for a request, with the raw path parameters of a

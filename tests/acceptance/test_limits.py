@@ -76,3 +76,26 @@ def test_the_request_size_limit(http: httpx.Client) -> None:
     assert http.post("/v1/transactions", content=padded(4096), headers=headers).status_code == 201
     over = http.post("/v1/transactions", content=padded(4097), headers=headers)
     _refused(over, 413, "4096")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/consumer-groups/billing/ack/batch",
+        "/v1/producers/order-producers/instances/i-1/heartbeat",
+        "/v1/consumer-groups/billing/subscriptions/orders",
+    ],
+)
+def test_a_chunked_body_over_the_limit_is_413_on_every_route(http: httpx.Client, path: str) -> None:
+    def chunks() -> Iterator[bytes]:
+        # Far more than the limit, in chunks: the server must stop reading early.
+        yield b'{"receipt_handles": ["'
+        for _ in range(2000):
+            yield b"x" * 1024
+        yield b'"]}'
+
+    method = "PUT" if path.endswith("/orders") else "POST"
+    headers = {"content-type": "application/json"}
+    answer = http.request(method, path, content=chunks(), headers=headers)
+    _refused(answer, 413, "at most 4096 bytes")
+    assert answer.json()["error"] == "request_too_large"
