@@ -5,14 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from coordinator.http.message_schemas import MessageFieldsOut, RecordOut
+from coordinator.http.message_schemas import MessageFieldsOut, RecordOut, RequestIn
 
 
-class HeartbeatIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class HeartbeatIn(RequestIn):
     check_url: str | None = Field(
         default=None,
         description=(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field, StrictBool
 
 from coordinator.domain.rules import (
     DEFAULT_INVISIBLE_SECONDS,
@@ -21,20 +21,16 @@ from coordinator.domain.rules import (
     MAX_MESSAGES_LIMIT,
     MAX_WAIT_SECONDS,
 )
-from coordinator.http.message_schemas import MessageFieldsOut, RecordOut
+from coordinator.http.message_schemas import MessageFieldsOut, RecordOut, RequestIn
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SubscriptionIn(_Strict):
+class SubscriptionIn(RequestIn):
     expression: str = Field(
         default="*",
         description="Tag filter: '*' (every message), 'TagA', or 'TagA || TagB'.",
         examples=["created || paid"],
     )
-    fifo: bool = Field(
+    fifo: StrictBool = Field(
         default=False,
         description="Deliver messages of one message group one at a time, in commit order.",
     )
@@ -65,7 +61,7 @@ class SubscriptionsOut(BaseModel):
     subscriptions: list[SubscriptionOut]
 
 
-class ReceiveIn(_Strict):
+class ReceiveIn(RequestIn):
     max_messages: int = Field(
         default=DEFAULT_MAX_MESSAGES, description=f"1 to {MAX_MESSAGES_LIMIT}."
     )
@@ -95,7 +91,7 @@ class ReceiveOut(BaseModel):
     messages: list[ReceivedMessageOut]
 
 
-class AckIn(_Strict):
+class AckIn(RequestIn):
     receipt_handle: str
 
 
@@ -104,7 +100,7 @@ class AckOut(RecordOut):
     outcome: Literal["acked", "stale", "not_found"]
 
 
-class AckBatchIn(_Strict):
+class AckBatchIn(RequestIn):
     receipt_handles: list[str] = Field(description=f"1 to {MAX_ACK_BATCH} receipt handles.")
 
 
@@ -112,7 +108,7 @@ class AckBatchOut(BaseModel):
     results: list[AckOut]
 
 
-class ChangeInvisibleDurationIn(_Strict):
+class ChangeInvisibleDurationIn(RequestIn):
     receipt_handle: str
     invisible_seconds: float = Field(description="From now; more than 0, at most 43200.")
 
@@ -135,7 +131,7 @@ class DeadLettersOut(BaseModel):
     dead_letters: list[DeadLetterOut]
 
 
-class RequeueAllIn(_Strict):
+class RequeueAllIn(RequestIn):
     topic: str | None = Field(default=None, description="Only this topic's dead letters.")
 
 

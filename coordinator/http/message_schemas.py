@@ -5,9 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from coordinator.domain.messages import MessageFields
+
+
+class RequestIn(BaseModel):
+    """A request body: a field the model does not declare is refused (422), not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class RecordOut(BaseModel):

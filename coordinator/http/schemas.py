@@ -16,7 +16,7 @@ import binascii
 from datetime import datetime
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, StrictBool, model_validator
 
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import (
@@ -29,14 +29,10 @@ from coordinator.domain.messages import (
 from coordinator.domain.rules import ID_MAX_LENGTH
 from coordinator.domain.states import Resolution
 from coordinator.http.consumer_schemas import ConsumerLagOut
-from coordinator.http.message_schemas import MessageFieldsOut, RecordOut
+from coordinator.http.message_schemas import MessageFieldsOut, RecordOut, RequestIn
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class MessageIn(_Strict):
+class MessageIn(RequestIn):
     topic: str = Field(examples=["orders"])
     producer_group: str | None = Field(
         default=None, description="Required for transactional messages.", examples=["order-svc"]
@@ -84,7 +80,7 @@ class MessageIn(_Strict):
         )
 
 
-class BatchIn(_Strict):
+class BatchIn(RequestIn):
     messages: list[MessageIn]
 
 
@@ -117,10 +113,12 @@ class BatchOut(BaseModel):
     results: list[SendResultOut]
 
 
-class EndIn(_Strict):
+class EndIn(RequestIn):
     producer_group: str
     resolution: Literal["commit", "rollback", "unknown"]
-    from_check: bool = Field(default=False, description="True when answering a check-back.")
+    # Strict: only JSON true or false (not "yes", 0 or 1) says whether this
+    # answers a check-back.
+    from_check: StrictBool = Field(default=False, description="True when answering a check-back.")
     message_id: str | None = Field(default=None, description="If given, must match.")
 
     @property
@@ -132,7 +130,7 @@ class EndBatchItemIn(EndIn):
     transaction_id: str = Field(max_length=ID_MAX_LENGTH)
 
 
-class EndBatchIn(_Strict):
+class EndBatchIn(RequestIn):
     requests: list[EndBatchItemIn]
 
 

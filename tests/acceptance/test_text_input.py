@@ -51,3 +51,18 @@ def test_a_lone_surrogate_is_refused_with_a_sentence(
         assert answer.status_code in (400, 422), answer.text
         assert answer.json()["message"]
         assert http.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, "1"])
+def test_booleans_are_json_booleans_only(live_server: LiveServer, value: object) -> None:
+    with httpx.Client(base_url=live_server.url, timeout=10) as http:
+        sent = http.post("/v1/transactions", json=HALF).json()
+        end = {"producer_group": GROUP, "resolution": "commit", "from_check": value}
+        answer = http.post(f"/v1/transactions/{sent['transaction_id']}/end", json=end)
+        assert answer.status_code == 422 and "from_check" in answer.json()["message"]
+        subscribe = http.put(
+            "/v1/consumer-groups/billing/subscriptions/orders", json={"fifo": value}
+        )
+        assert subscribe.status_code == 422 and "fifo" in subscribe.json()["message"]
+        state = http.get(f"/v1/transactions/{sent['transaction_id']}").json()["state"]
+        assert state == "prepared"
