@@ -13,6 +13,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from coordinator.core import Coordinator
@@ -120,7 +121,17 @@ async def poll_checks(
     return ChecksOut(checks=[CheckRequestOut.of(r) for r in requests])
 
 
-@router.get("/metrics", responses=AUTH_ERRORS, tags=["service"], summary="Prometheus metrics")
+@router.get(
+    "/metrics",
+    # Prometheus' text format, not JSON: what the OpenAPI document says it is.
+    response_class=PlainTextResponse,
+    responses={
+        200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}},
+        **AUTH_ERRORS,
+    },
+    tags=["service"],
+    summary="Prometheus metrics",
+)
 async def prometheus_metrics(
     request: Request, core: Coordinator = Depends(coordinator)
 ) -> Response:
