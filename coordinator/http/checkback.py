@@ -10,8 +10,6 @@ unless the server was started with metrics_open.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -114,7 +112,7 @@ async def poll_checks(
     caller: Principal = Depends(principal),
 ) -> ChecksOut:
     caller.require_producer_group(producer_group)
-    with long_poll(request, caller) if wait_seconds > 0 else nullcontext():
+    with long_poll(request, caller, wait_seconds):
         requests = await core.checkback.poll(
             producer_group, instance_id, wait_seconds=wait_seconds, max_requests=max_requests
         )

@@ -12,8 +12,6 @@ queries match it together with the group.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
@@ -135,7 +133,7 @@ async def receive(
         caller.require_consume(consumer_group, body.topic)
     else:
         caller.require_consumer_group(consumer_group)
-    with long_poll(request, caller) if body.wait_seconds > 0 else nullcontext():
+    with long_poll(request, caller, body.wait_seconds):
         messages = await core.delivery.receive(
             consumer_group,
             max_messages=body.max_messages,

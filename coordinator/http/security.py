@@ -44,8 +44,14 @@ async def principal(
 
 
 @contextmanager
-def long_poll(request: Request, caller: Principal) -> Iterator[None]:
-    """One of the caller's long polls (RateLimited when it holds too many)."""
+def long_poll(request: Request, caller: Principal, wait_seconds: float) -> Iterator[None]:
+    """One of the caller's long polls (RateLimited when it holds too many).
+
+    A request that does not wait (wait_seconds 0) is no long poll and counts nothing.
+    """
+    if wait_seconds <= 0:
+        yield
+        return
     authenticator: Authenticator = request.app.state.authenticator
     with authenticator.limits.long_poll(caller):
         yield
