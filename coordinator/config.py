@@ -110,6 +110,13 @@ class Settings(BaseSettings):
     )
     pool_min_size: int = Field(default=2, ge=1, description="Smallest database pool.")
     pool_max_size: int = Field(default=16, ge=1, description="Largest database pool.")
+    pool_timeout_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        le=300,
+        description="How long a request waits for a database connection before it is "
+        "answered 503 database_unavailable (PostgreSQL down or restarting).",
+    )
     group_commit_max_batch: int = Field(
         default=500, ge=1, description="Most single requests committed in one transaction."
     )

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from psycopg_pool import AsyncConnectionPool
-
 from coordinator.config import Settings
 from coordinator.db.notifier import Notifier
+from coordinator.db.pool import CoordinatorPool
 from coordinator.domain.messages import EndRequest, EndResult
 
 # How a service ends a transaction (the check-back applies pushed answers with it).
@@ -21,7 +20,7 @@ EndTransaction = Callable[[EndRequest], Awaitable[EndResult]]
 
 @dataclass(frozen=True, slots=True)
 class CoreContext:
-    pool: AsyncConnectionPool
+    pool: CoordinatorPool
     settings: Settings
     # Long polls (check requests, receives) wait on the notifier; without one
     # (CLI commands) they fall back to polling.

@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
 from coordinator import metrics
 from coordinator.config import Settings
@@ -18,7 +17,7 @@ from coordinator.core.delivery import Delivery
 from coordinator.core.group_commit import GroupCommitter, Item, Result, RunBatch
 from coordinator.core.tokens import Tokens
 from coordinator.db.notifier import CHANNELS, Notifier
-from coordinator.db.pool import open_pool
+from coordinator.db.pool import CoordinatorPool, open_pool
 from coordinator.db.queries import execute
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import (
@@ -34,7 +33,7 @@ from coordinator.domain.states import Resolution
 
 class Coordinator:
     def __init__(
-        self, pool: AsyncConnectionPool, settings: Settings, notifier: Notifier | None = None
+        self, pool: CoordinatorPool, settings: Settings, notifier: Notifier | None = None
     ) -> None:
         self.pool = pool
         self.settings = settings
@@ -64,10 +63,15 @@ class Coordinator:
         """
         settings = settings or Settings()
         pool = open_pool(
-            database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
+            database_url,
+            min_size=settings.pool_min_size,
+            max_size=settings.pool_max_size,
+            timeout=settings.pool_timeout_seconds,
         )
         await pool.open(wait=True)
-        notifier = Notifier(database_url, CHANNELS) if listen else None
+        notifier = (
+            Notifier(database_url, CHANNELS, on_connection_lost=pool.suspect) if listen else None
+        )
         try:
             if notifier is not None:
                 await notifier.start()

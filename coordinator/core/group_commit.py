@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
-from coordinator.domain.errors import CoordinatorError
+from coordinator.db.pool import CoordinatorPool
+from coordinator.domain.errors import CoordinatorError, DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ RunBatch = Callable[
 class GroupCommitter(Generic[Item, Result]):
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: CoordinatorPool,
         run: RunBatch[Item, Result],
         *,
         max_batch: int,
@@ -106,6 +106,16 @@ class GroupCommitter(Generic[Item, Result]):
         except Exception as error:
             if len(batch) == 1:
                 _settle(batch[0][1], error=error)
+                return
+            if isinstance(error, DatabaseUnavailable):
+                # Retrying one by one would make each request wait for the
+                # database in turn (a batch of 100 times the pool timeout).
+                # Every caller gets the answer now and may send it again: a
+                # request that carries its message id (the SDK mints them
+                # before sending) is answered as a repeat if the batch did
+                # commit before its connection broke.
+                for _, future in batch:
+                    _settle(future, error=DatabaseUnavailable(error.message))
                 return
             # One bad apple (or a deadlock) must not fail its neighbours: retry
             # each request in a transaction of its own.

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import psycopg
 
@@ -54,11 +54,19 @@ class Subscription:
 
 class Notifier:
     def __init__(
-        self, database_url: str, channels: Iterable[str], reconnect_delay: float = 1.0
+        self,
+        database_url: str,
+        channels: Iterable[str],
+        reconnect_delay: float = 1.0,
+        on_connection_lost: Callable[[], None] | None = None,
     ) -> None:
         self.database_url = database_url
         self.channels = tuple(channels)
         self.reconnect_delay = reconnect_delay
+        # The listener is the first to see Postgres go: its connection is
+        # always waiting on the server. The pool's idle connections broke
+        # with it, unnoticed until used; this tells the pool.
+        self.on_connection_lost = on_connection_lost
         self._subscriptions: dict[str, set[Subscription]] = defaultdict(set)
         self._task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
@@ -114,6 +122,8 @@ class Notifier:
                 raise
             except Exception as error:  # the connection broke: reconnect, waiters poll
                 log.warning("notification listener lost its connection: %s", error)
+                if self.on_connection_lost is not None:
+                    self.on_connection_lost()
             self._listening.clear()
             self._wake_all()
             await asyncio.sleep(self.reconnect_delay)

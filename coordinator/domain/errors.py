@@ -70,3 +70,14 @@ class ReceiptHandleStale(CoordinatorError):
     """The receipt handle was superseded by a later receive or change of invisible duration."""
 
     code = "receipt_handle_stale"
+
+
+class DatabaseUnavailable(CoordinatorError):
+    """PostgreSQL could not be reached, or gave no connection in time.
+
+    Nothing was stored by the request that gets it (or, for a request whose
+    connection broke after COMMIT, the same request sent again is answered
+    as a repeat), so a client retries it unchanged.
+    """
+
+    code = "database_unavailable"

@@ -36,6 +36,7 @@ STATUS_BY_ERROR: dict[type[errors.CoordinatorError], int] = {
     errors.Unauthenticated: 401,
     errors.PermissionDenied: 403,
     errors.RateLimited: 429,
+    errors.DatabaseUnavailable: 503,
     UnsupportedMediaType: 415,
 }
 
@@ -59,7 +60,11 @@ def core_error_response(error: errors.CoordinatorError) -> JSONResponse:
     extra = {}
     if isinstance(error, errors.StateConflict) and error.current_state:
         extra["current_state"] = error.current_state
-    return error_response(status, error.code, error.message, **extra)
+    response = error_response(status, error.code, error.message, **extra)
+    if isinstance(error, errors.DatabaseUnavailable):
+        # Postgres restarts take seconds; the pool reconnects within one.
+        response.headers["Retry-After"] = "1"
+    return response
 
 
 def validation_error_response(items: Sequence[Any]) -> JSONResponse:

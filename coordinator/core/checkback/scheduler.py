@@ -17,6 +17,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from coordinator.config import Settings
 from coordinator.domain.checkback import RoundResult
+from coordinator.domain.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,11 @@ class CheckScheduler:
                 )
         except asyncio.CancelledError:
             return  # stopping
-        except Exception:  # the database may be away for a while: try again next round
+        except DatabaseUnavailable as error:
+            # Expected while Postgres restarts: one line per round, no
+            # traceback. Due rows stay due; the next round takes them.
+            log.warning("check-back round skipped: %s", error.message)
+        except Exception:  # anything else: try again next round, with the evidence
             log.exception("check-back round failed")
         finally:
             self._running = None
