@@ -230,6 +230,13 @@ class Settings(BaseSettings):
         ge=1,
         description="Open HTTP connections per process; one more is answered 429 and closed.",
     )
+    request_read_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="How long a request (its headers and body) may take to arrive, "
+        "from its first byte or the connection's start; later it is answered 408 and closed.",
+    )
     token_refresh_seconds: float = Field(
         default=5.0,
         gt=0,

@@ -107,14 +107,20 @@ async def core(database_url: str, settings: Settings) -> AsyncIterator[Coordinat
 class LiveServer:
     """A coordinator serving real HTTP on a loopback port, in a thread."""
 
-    def __init__(self, database_url: str, settings: Settings) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        settings: Settings,
+        http: Callable[..., asyncio.Protocol] = CoalescingHttpToolsProtocol,
+    ) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
             create_app(database_url, settings),
             log_level="warning",
-            http=CoalescingHttpToolsProtocol,
+            http=http,  # type: ignore[arg-type]
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(

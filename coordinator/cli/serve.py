@@ -202,9 +202,11 @@ def _server_options(settings: Settings) -> dict[str, Any]:
         "log_level": "warning",
         "access_log": False,
         # uvicorn calls the protocol class with keywords only, so a partial
-        # carries the limit; it pickles, so --workers processes get it too.
+        # carries the limits; it pickles, so --workers processes get it too.
         "http": functools.partial(
-            CoalescingHttpToolsProtocol, max_connections=settings.max_connections
+            CoalescingHttpToolsProtocol,
+            max_connections=settings.max_connections,
+            request_read_timeout=settings.request_read_timeout_seconds,
         ),
         # The coordinator never reads the client's address, which is all that
         # uvicorn's proxy-header middleware would parse every request for.

@@ -56,6 +56,10 @@ from coordinator.http.security import is_json, not_json, principal
 Endpoint = Callable[..., Awaitable[Response]]
 
 
+class _ClientLeft(Exception):
+    """The connection ended before the request's body did."""
+
+
 @dataclass(frozen=True, slots=True)
 class HotRoute:
     path: str  # the template, as the FastAPI route declares it
@@ -301,7 +305,13 @@ class HotRoutes:
             caller = authenticator.authenticate(_text(heads.authorization))
         except CoordinatorError as error:
             return core_error_response(error)
-        body = await self._read_body(receive)
+        try:
+            body = await self._read_body(receive)
+        except _ClientLeft:
+            # The body never arrived whole (the client left, or the server
+            # gave up waiting for it): nothing is done with a part of it, and
+            # the answer goes nowhere.
+            return Response(status_code=400)
         if body is None:
             return error_response(
                 413, "request_too_large", f"at most {self.max_bytes} bytes are accepted"
@@ -335,13 +345,16 @@ class HotRoutes:
             return core_error_response(error)
 
     async def _read_body(self, receive: Receive) -> bytes | None:
-        """The whole request body, or None once it exceeds max_bytes."""
+        """The whole request body, or None once it exceeds max_bytes.
+
+        Raises _ClientLeft if the connection ends before the body does.
+        """
         chunks: list[bytes] = []
         size = 0
         while True:
             message: dict[str, Any] = await receive()
             if message["type"] == "http.disconnect":
-                break
+                raise _ClientLeft
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:

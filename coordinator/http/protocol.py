@@ -8,10 +8,16 @@ event loop are joined and sent at the end of that turn; the start and the
 body of a response are sent in the same turn, so they leave together.
 
 It also bounds the open connections of a server (max_connections): one more
-is answered 429 and closed without reaching the app. uvicorn builds the
-protocol with keyword arguments only, so the limit comes in as one more:
-`functools.partial(CoalescingHttpToolsProtocol, max_connections=N)` is the
-`http` protocol class, and it pickles, so `--workers` processes get it too.
+is answered 429 and closed without reaching the app. And it bounds how long
+a request may take to arrive (request_read_timeout): uvicorn times out idle
+keep-alive connections only, so a client trickling its headers or body a
+byte at a time held a connection, and its slot under max_connections, for
+ever. A request not received whole in time is answered 408 and closed.
+
+uvicorn builds the protocol with keyword arguments only, so the limits come
+in as more of them: `functools.partial(CoalescingHttpToolsProtocol,
+max_connections=N, request_read_timeout=S)` is the `http` protocol class,
+and it pickles, so `--workers` processes get it too.
 """
 
 from __future__ import annotations
@@ -47,6 +53,23 @@ def _too_many_connections(limit: int) -> bytes:
         "content-type: application/json\r\n"
         f"content-length: {len(body)}\r\n"
         "retry-after: 1\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _request_timeout(seconds: float) -> bytes:
+    body = json.dumps(
+        {
+            "error": "request_timeout",
+            "message": f"the request was not received whole within {seconds:g} s",
+        },
+        separators=(",", ":"),
+    ).encode()
+    head = (
+        "HTTP/1.1 408 Request Timeout\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
         "connection: close\r\n\r\n"
     )
     return head.encode() + body
@@ -105,9 +128,17 @@ class _Refused(asyncio.Protocol):
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    def __init__(self, *args: Any, max_connections: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        max_connections: int | None = None,
+        request_read_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.max_connections = max_connections
+        self.request_read_timeout = request_read_timeout
+        self._read_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # uvicorn keeps the server's open connections in server_state.connections
@@ -118,6 +149,45 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(transport, limit)
             return
         super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        # The first request is timed from the connection, so a connection that
+        # sends nothing is closed too (keep-alive timing starts after a response).
+        self._start_read_timer()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._start_read_timer()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._stop_read_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_read_timer()
+        super().connection_lost(exc)
+
+    def _start_read_timer(self) -> None:
+        if self.request_read_timeout is not None and self._read_timer is None:
+            self._read_timer = self.loop.call_later(
+                self.request_read_timeout, self._request_read_timed_out
+            )
+
+    def _stop_read_timer(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _request_read_timed_out(self) -> None:
+        self._read_timer = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            # No answer is on its way for this request: say why it ends. The
+            # app, if it is waiting for the rest of the body, is told the
+            # client left (http.disconnect) when the connection closes.
+            assert self.request_read_timeout is not None
+            self.transport.write(_request_timeout(self.request_read_timeout))
+        self.transport.close()
 
     def _refuse(self, transport: asyncio.Transport, limit: int) -> None:
         # This protocol never joins the server's connections; from here on the

@@ -279,3 +279,23 @@ def test_a_connection_beyond_max_connections_is_answered_429_and_closed(
         finally:
             for conn in held:
                 conn.close()
+
+
+def test_serve_answers_a_request_that_does_not_arrive_in_time_with_408(
+    tmp_path: Path, database_url: str
+) -> None:
+    with serve(
+        tmp_path,
+        "--database-url",
+        database_url,
+        env={"COORDINATOR_REQUEST_READ_TIMEOUT_SECONDS": "1"},
+    ) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: te")  # and nothing more
+            answer = b""
+            while chunk := sock.recv(65536):  # b"": the server closed it
+                answer += chunk
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert json.loads(body)["error"] == "request_timeout"
