@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -15,6 +16,7 @@ from coordinator.core.checkback import CheckBack
 from coordinator.core.context import CoreContext
 from coordinator.core.delivery import Delivery
 from coordinator.core.group_commit import GroupCommitter, Item, Result, RunBatch
+from coordinator.core.ids import new_message_id
 from coordinator.core.tokens import Tokens
 from coordinator.db.notifier import CHANNELS, Notifier
 from coordinator.db.pool import CoordinatorPool, open_pool
@@ -105,7 +107,7 @@ class Coordinator:
     async def prepare(self, message: NewMessage) -> SendResult:
         """Store a half message; returns once it is durably committed."""
         producing.validate_batch([message], self.settings, transactional=True)
-        return await self._prepares.submit(message)
+        return await self._prepares.submit(_with_message_id(message))
 
     async def prepare_batch(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         async with self.pool.connection() as conn:
@@ -114,7 +116,7 @@ class Coordinator:
     async def send(self, message: NewMessage) -> SendResult:
         """Store a normal message: committed (deliverable) at once."""
         producing.validate_batch([message], self.settings, transactional=False)
-        return await self._sends.submit(message)
+        return await self._sends.submit(_with_message_id(message))
 
     async def send_batch(self, messages: Sequence[NewMessage]) -> list[SendResult]:
         async with self.pool.connection() as conn:
@@ -165,3 +167,12 @@ class Coordinator:
         except Exception:  # any failure means "not healthy"; /health reports it
             return False
         return True
+
+
+def _with_message_id(message: NewMessage) -> NewMessage:
+    # The id is minted before the message joins a group-commit batch, so that
+    # a batch run again (one request at a time after a failed batch, whose
+    # connection may have died after its COMMIT) stores each message once.
+    if message.message_id is not None:
+        return message
+    return replace(message, message_id=new_message_id())

@@ -93,7 +93,8 @@ class CoordinatorPool(AsyncConnectionPool):
             self.suspect()
             raise DatabaseUnavailable(
                 f"PostgreSQL is unavailable ({_first_line(error)}). Retry the request: "
-                "a repeated prepare or end with the same ids is answered as a repeat."
+                "an end, or a message sent with its message_id, is answered as a repeat "
+                "if the first attempt was stored."
             ) from error
 
     def suspect(self) -> None:

@@ -8,13 +8,8 @@ migrated template, so each test makes a login role of its own and drops it.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import uuid
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 import psycopg
 import pytest
@@ -25,6 +20,7 @@ from coordinator.db import migrate
 from coordinator.domain.states import Resolution
 from tests.conftest import url_for
 from tests.factories import GROUP, TOPIC, end, half
+from tests.own_postgres import own_postgres
 
 READER = "coordinator_reader"
 
@@ -273,19 +269,8 @@ def own_server() -> Iterator[str]:
     Dropping the role can only be seen where no other database grants to
     it, which the shared server (template and test databases) never is.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
-
-        data_dir = Path(tempfile.mkdtemp(prefix="coordinator-test-reader-"))
-        server = pgserver.get_server(data_dir / "pgdata", cleanup_mode="stop")
-    try:
-        uri = urlparse(server.get_uri())
-        host = parse_qs(uri.query)["host"][0]
-        yield url_for(host, 5432, uri.username or "postgres", "postgres")
-    finally:
-        server.cleanup()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with own_postgres("coordinator-test-reader-") as server:
+        yield server.url()
 
 
 def _reader_exists(url: str) -> bool:
