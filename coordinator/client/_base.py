@@ -41,6 +41,16 @@ class Connected(Generic[T]):
         )
         return self._transport
 
+    def _disconnect(self) -> T:
+        """Forget the transport of a start() that failed, for the caller to close.
+
+        The client is then unstarted again, so the next start() tries anew
+        instead of returning a client that never finished starting.
+        """
+        transport, self._transport = self._transport, None
+        assert transport is not None
+        return transport
+
     @property
     def _client(self) -> T:
         if self._transport is None:

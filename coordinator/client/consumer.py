@@ -138,8 +138,12 @@ class SimpleConsumer(_Consumer[SyncTransport], base.SyncLifecycle):
     def start(self) -> SimpleConsumer:
         if self._transport is None:
             transport = self._connect()
-            for call in self.settings.subscribe_calls():
-                transport.call(call)
+            try:
+                for call in self.settings.subscribe_calls():
+                    transport.call(call)
+            except BaseException:
+                self._disconnect().close()
+                raise
         return self
 
     def shutdown(self) -> None:
@@ -176,8 +180,12 @@ class AsyncSimpleConsumer(_Consumer[AsyncTransport], base.AsyncLifecycle):
     async def start(self) -> AsyncSimpleConsumer:
         if self._transport is None:
             transport = self._connect()
-            for call in self.settings.subscribe_calls():
-                await transport.call(call)
+            try:
+                for call in self.settings.subscribe_calls():
+                    await transport.call(call)
+            except BaseException:
+                await self._disconnect().close()
+                raise
         return self
 
     async def shutdown(self) -> None:

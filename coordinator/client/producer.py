@@ -131,7 +131,11 @@ class TransactionProducer(_Producer[SyncTransport, TransactionListener], base.Sy
             return self
         transport = self._connect()
         self._stopping.clear()
-        transport.call(self._heartbeat_call())
+        try:
+            transport.call(self._heartbeat_call())
+        except BaseException:
+            self._disconnect().close()
+            raise
         self._checks = ThreadPoolExecutor(
             max_workers=self.check_threads, thread_name_prefix=f"checks-{self.group}"
         )
@@ -231,7 +235,11 @@ class AsyncTransactionProducer(
     async def start(self) -> AsyncTransactionProducer:
         if self._transport is not None:
             return self
-        await self._connect().call(self._heartbeat_call())
+        try:
+            await self._connect().call(self._heartbeat_call())
+        except BaseException:
+            await self._disconnect().close()
+            raise
         self._tasks = [
             asyncio.create_task(self._heartbeat_loop(), name=f"heartbeat-{self.group}"),
             asyncio.create_task(self._check_loop(), name=f"checks-{self.group}"),

@@ -15,11 +15,13 @@ from coordinator.client import (
     AsyncTransactionListener,
     AsyncTransactionProducer,
     ConsumeResult,
+    CoordinatorUnavailable,
     LocalTransactionState,
     Message,
     NotFound,
     PushConsumer,
     ReceivedMessage,
+    RetryPolicy,
     SimpleConsumer,
     TransactionProducer,
 )
@@ -99,6 +101,29 @@ class AsyncScripted(AsyncTransactionListener):
     async def check_local_transaction(self, msg: Message) -> Any:
         self.checked.append(msg.transaction_id)
         return self.check
+
+
+def test_a_consumer_start_that_failed_is_tried_again_by_the_next_start() -> None:
+    consumer = SimpleConsumer(
+        "audit", {"orders": "*"}, "http://127.0.0.1:9", retry=RetryPolicy(attempts=1)
+    )
+    for _ in range(2):
+        with pytest.raises(CoordinatorUnavailable):
+            consumer.start()
+
+
+@pytest.mark.anyio
+async def test_async_starts_that_failed_are_tried_again_by_the_next_start() -> None:
+    nowhere, once = "http://127.0.0.1:9", RetryPolicy(attempts=1)
+    listener = AsyncScripted(execute=COMMIT, check=COMMIT)
+    clients = [
+        AsyncTransactionProducer(GROUP, listener, nowhere, retry=once),
+        AsyncSimpleConsumer("audit", {"orders": "*"}, nowhere, retry=once),
+    ]
+    for client in clients:
+        for _ in range(2):
+            with pytest.raises(CoordinatorUnavailable):
+                await client.start()
 
 
 @pytest.mark.anyio

@@ -115,6 +115,18 @@ def test_an_unreachable_coordinator_is_a_typed_error_after_retries() -> None:
         producer.start()
 
 
+def test_a_start_that_failed_is_tried_again_by_the_next_start() -> None:
+    """Not a producer that looks started but has no heartbeat or check-back threads."""
+    from coordinator.client import RetryPolicy
+
+    producer = TransactionProducer(
+        GROUP, ScriptedListener(), "http://127.0.0.1:9", retry=RetryPolicy(attempts=1)
+    )
+    for _ in range(2):
+        with pytest.raises(CoordinatorUnavailable):
+            producer.start()
+
+
 def test_api_refusals_are_typed_errors(server: LiveServer, db: psycopg.Connection) -> None:
     with TransactionProducer(GROUP, ScriptedListener(execute=UNKNOWN), server.url) as producer:
         result = producer.send_message_in_transaction(Message("orders", "x"))
