@@ -38,18 +38,35 @@ class MessageLimits(Protocol):
     def max_check_immunity_seconds(self) -> float: ...
 
 
+# The *_PATTERN strings are also what the OpenAPI document states (JSON
+# Schema `pattern`, ECMA-262): only character classes, `^` and `$`, which
+# mean the same there and here. The rules apply them with fullmatch: Python's
+# `$` also matches before a final newline, so `match` let "orders\n" through.
 NAME_MAX_LENGTH = 127
-_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
+_NAME = re.compile(NAME_PATTERN)
 ID_MAX_LENGTH = 128  # message and transaction ids
 OFFSET_MAX = 2**63 - 1  # offsets and other ids are Postgres bigints
-_MESSAGE_ID = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{ID_MAX_LENGTH}}}$")
+MESSAGE_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+_MESSAGE_ID = re.compile(MESSAGE_ID_PATTERN)
 # RocketMQ keeps these topics for itself; a producer writing to them would be
 # mistaken for broker-internal traffic by any RocketMQ tooling reading ours.
-_RESERVED_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_")
-_RESERVED_TOPICS = frozenset({"TRANS_CHECK_MAX_TIME_TOPIC", "TBW102", "SCHEDULE_TOPIC_XXXX"})
+RESERVED_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_")
+RESERVED_TOPICS = frozenset({"TRANS_CHECK_MAX_TIME_TOPIC", "TBW102", "SCHEDULE_TOPIC_XXXX"})
 TAG_MAX_LENGTH = 255
 KEY_MAX_LENGTH = 255
 MAX_KEYS = 64
+# What str.isspace() calls whitespace, spelled for a character class (the
+# tests hold it to isspace over every code point): \s differs between engines.
+WHITESPACE_CLASS = (
+    r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+# The text rules as patterns, for the OpenAPI document; check_tags, check_keys
+# and storable() below are the rules themselves, with a sentence per refusal.
+# Lone surrogates are refused too, but no pattern can say so portably.
+TEXT_PATTERN = r"^[^\x00]*$"
+TAG_PATTERN = rf"^[{WHITESPACE_CLASS}]*[^|\x00{WHITESPACE_CLASS}][^|\x00]*$"
+KEY_PATTERN = rf"^[^\x00{WHITESPACE_CLASS}]+$"
 
 
 def check_name(kind: str, value: str | None) -> str:
@@ -60,7 +77,7 @@ def check_name(kind: str, value: str | None) -> str:
             f"{kind} {value[:40]!r}... is {len(value)} characters long; "
             f"at most {NAME_MAX_LENGTH} are allowed"
         )
-    if not _NAME.match(value):
+    if not _NAME.fullmatch(value):
         raise InvalidMessage(
             f"{kind} {value!r} has characters that are not allowed; "
             "use letters, digits, '%', '|', '_' and '-'"
@@ -70,13 +87,13 @@ def check_name(kind: str, value: str | None) -> str:
 
 def check_topic(topic: str | None) -> str:
     topic = check_name("topic", topic)
-    if topic in _RESERVED_TOPICS or topic.startswith(_RESERVED_TOPIC_PREFIXES):
+    if topic in RESERVED_TOPICS or topic.startswith(RESERVED_TOPIC_PREFIXES):
         raise InvalidMessage(f"topic {topic!r} is reserved for the system")
     return topic
 
 
 def check_message_id(message_id: str, what: str = "message id") -> str:
-    if not _MESSAGE_ID.match(message_id):
+    if len(message_id) > ID_MAX_LENGTH or not _MESSAGE_ID.fullmatch(message_id):
         raise InvalidMessage(
             f"{what} {message_id[:40]!r} is not valid; use 1 to {ID_MAX_LENGTH} letters, digits, "
             "'_', '.', ':' or '-'"
@@ -244,7 +261,11 @@ DEAD_LETTERS_PAGE_LIMIT = 1000
 
 # "<delivery id>.<32 random hex digits>": the id finds the row by primary key,
 # the random part makes handles unguessable and different on every receive.
-_RECEIPT_HANDLE = re.compile(r"^([1-9][0-9]{0,18})\.[0-9a-f]{32}$")
+# At most 18 digits, so that every id a handle names fits the bigint key (19
+# digits reached past it, and PostgreSQL's error was a 500); ids get there
+# after 10^18 deliveries, never.
+RECEIPT_HANDLE_PATTERN = r"^[1-9][0-9]{0,17}\.[0-9a-f]{32}$"
+_RECEIPT_HANDLE = re.compile(RECEIPT_HANDLE_PATTERN)
 
 
 def check_consumer_group(consumer_group: str | None) -> str:
@@ -273,26 +294,27 @@ def check_count(what: str, value: int, high: int) -> int:
 
 
 def delivery_id_of(receipt_handle: str) -> int:
-    match = _RECEIPT_HANDLE.match(receipt_handle)
-    if match is None:
+    if not _RECEIPT_HANDLE.fullmatch(receipt_handle):
         raise InvalidMessage(
             f"receipt handle {receipt_handle[:80]!r} is not one this coordinator issues"
         )
-    return int(match.group(1))
+    return int(receipt_handle.partition(".")[0])
 
 
 # --- Producer instances ----------------------------------------------------------
 # RocketMQ instance names look like `192.168.0.7@12345`; allow that and ids.
-_INSTANCE_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+INSTANCE_ID_MAX_LENGTH = 128
+INSTANCE_ID_PATTERN = r"^[A-Za-z0-9_.:@-]+$"
+_INSTANCE_ID = re.compile(INSTANCE_ID_PATTERN)
 CHECK_URL_MAX_LENGTH = 2048
 
 
 def check_instance(producer_group: str, instance_id: str) -> None:
     check_name("producer group", producer_group)
-    if not _INSTANCE_ID.match(instance_id):
+    if len(instance_id) > INSTANCE_ID_MAX_LENGTH or not _INSTANCE_ID.fullmatch(instance_id):
         raise InvalidMessage(
-            f"instance id {instance_id[:40]!r} is not valid; use 1 to 128 letters, digits, "
-            "'_', '.', ':', '@' or '-'"
+            f"instance id {instance_id[:40]!r} is not valid; use 1 to {INSTANCE_ID_MAX_LENGTH} "
+            "letters, digits, '_', '.', ':', '@' or '-'"
         )
 
 

@@ -10,8 +10,9 @@ unless the server was started with metrics_open.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from coordinator.core import Coordinator
@@ -25,27 +26,40 @@ from coordinator.http.checkback_schemas import (
     ProducerOut,
     ProducersOut,
 )
-from coordinator.http.routes import AUTH_ERRORS, BODY_ERRORS, ERRORS, coordinator
+from coordinator.http.fields import GroupName, InstanceId
+from coordinator.http.openapi import DocumentedRoute, errors, example
+from coordinator.http.routes import coordinator
 from coordinator.http.security import json_body, long_poll, principal
 from coordinator.metrics import exposition
 
-router = APIRouter()
+router = APIRouter(route_class=DocumentedRoute)
 
 INSTANCE = "/v1/producers/{producer_group}/instances/{instance_id}"
+# Names are checked by the core (domain.rules), which answers 400 with a sentence;
+# their types only document the rules (fields.py).
+ProducerGroupPath = Annotated[
+    GroupName, Path(description="The producer group.", openapi_examples=example("order-svc"))
+]
+InstancePath = Annotated[
+    InstanceId,
+    Path(
+        description="The producer instance, e.g. host@pid.",
+        openapi_examples=example("10.0.0.7@4242"),
+    ),
+]
 
 
 @router.post(
     INSTANCE + "/heartbeat",
     response_model=ProducerOut,
-    responses=BODY_ERRORS,
     dependencies=[Depends(json_body)],
     tags=["producers"],
     summary="Register a producer instance, or tell the coordinator it is alive",
 )
 async def heartbeat(
+    producer_group: ProducerGroupPath,
+    instance_id: InstancePath,
     body: HeartbeatIn | None = None,
-    producer_group: str = Path(),
-    instance_id: str = Path(),
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> ProducerOut:
@@ -59,13 +73,12 @@ async def heartbeat(
 @router.delete(
     INSTANCE,
     status_code=204,
-    responses=ERRORS,
     tags=["producers"],
     summary="Remove a producer instance (clean shutdown); idempotent",
 )
 async def leave(
-    producer_group: str = Path(),
-    instance_id: str = Path(),
+    producer_group: ProducerGroupPath,
+    instance_id: InstancePath,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> Response:
@@ -74,9 +87,9 @@ async def leave(
     return Response(status_code=204)
 
 
-@router.get("/v1/producers", response_model=ProducersOut, responses=ERRORS, tags=["producers"])
+@router.get("/v1/producers", response_model=ProducersOut, tags=["producers"])
 async def list_producers(
-    producer_group: str | None = Query(default=None),
+    producer_group: Annotated[GroupName | None, Query()] = None,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> ProducersOut:
@@ -92,7 +105,6 @@ async def list_producers(
 @router.get(
     INSTANCE + "/checks",
     response_model=ChecksOut,
-    responses=ERRORS,
     tags=["producers"],
     summary="Long poll: this instance's check requests",
     description=(
@@ -104,8 +116,8 @@ async def list_producers(
 )
 async def poll_checks(
     request: Request,
-    producer_group: str = Path(),
-    instance_id: str = Path(),
+    producer_group: ProducerGroupPath,
+    instance_id: InstancePath,
     wait_seconds: float = Query(default=20.0, ge=0, le=MAX_POLL_WAIT_SECONDS),
     max_requests: int = Query(default=32, ge=1, le=MAX_POLL_REQUESTS),
     core: Coordinator = Depends(coordinator),
@@ -122,10 +134,13 @@ async def poll_checks(
 @router.get(
     "/metrics",
     # Prometheus' text format, not JSON: what the OpenAPI document says it is.
-    response_class=PlainTextResponse,
+    # A response class without a media type, so that FastAPI documents the
+    # 200 only as declared below and the errors as what they are, JSON.
+    response_class=Response,
     responses={
         200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}},
-        **AUTH_ERRORS,
+        # Not through security.principal (see below), so not derived.
+        **errors(401, 403),
     },
     tags=["service"],
     summary="Prometheus metrics",

@@ -7,11 +7,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from coordinator.http.fields import CheckUrl
 from coordinator.http.message_schemas import MessageFieldsOut, RecordOut, RequestIn
 
 
 class HeartbeatIn(RequestIn):
-    check_url: str | None = Field(
+    check_url: CheckUrl | None = Field(
         default=None,
         description=(
             "Push: the URL check requests are POSTed to. Absent or null: the instance "

@@ -21,11 +21,21 @@ from coordinator.domain.rules import (
     MAX_MESSAGES_LIMIT,
     MAX_WAIT_SECONDS,
 )
+from coordinator.http.fields import (
+    DeliveryAttempts,
+    Expression,
+    InvisibleSeconds,
+    MaxMessages,
+    ReceiptHandle,
+    ReceiptHandles,
+    Topic,
+    WaitSeconds,
+)
 from coordinator.http.message_schemas import MessageFieldsOut, RecordOut, RequestIn
 
 
 class SubscriptionIn(RequestIn):
-    expression: str = Field(
+    expression: Expression = Field(
         default="*",
         description="Tag filter: '*' (every message), 'TagA', or 'TagA || TagB'.",
         examples=["created || paid"],
@@ -34,7 +44,7 @@ class SubscriptionIn(RequestIn):
         default=False,
         description="Deliver messages of one message group one at a time, in commit order.",
     )
-    max_delivery_attempts: int = Field(
+    max_delivery_attempts: DeliveryAttempts = Field(
         default=DEFAULT_MAX_DELIVERY_ATTEMPTS,
         description=(
             "Deliveries before a message moves to the dead letters "
@@ -62,21 +72,22 @@ class SubscriptionsOut(BaseModel):
 
 
 class ReceiveIn(RequestIn):
-    max_messages: int = Field(
+    max_messages: MaxMessages = Field(
         default=DEFAULT_MAX_MESSAGES, description=f"1 to {MAX_MESSAGES_LIMIT}."
     )
-    invisible_seconds: float = Field(
+    invisible_seconds: InvisibleSeconds = Field(
         default=DEFAULT_INVISIBLE_SECONDS,
         description="How long the messages stay invisible to the rest of the group "
         f"(more than 0, at most {MAX_INVISIBLE_SECONDS:g}).",
     )
-    wait_seconds: float = Field(
+    wait_seconds: WaitSeconds = Field(
         default=0,
         description=(
-            f"Long polling: wait up to this long for a first message (0 to {MAX_WAIT_SECONDS:g})."
+            f"Long polling: wait up to this long for a first message (0 to {MAX_WAIT_SECONDS:g}; "
+            "the server's max_long_poll_seconds may be lower)."
         ),
     )
-    topic: str | None = Field(default=None, description="Only this subscribed topic.")
+    topic: Topic | None = Field(default=None, description="Only this subscribed topic.")
 
 
 class ReceivedMessageOut(MessageFieldsOut):
@@ -92,7 +103,7 @@ class ReceiveOut(BaseModel):
 
 
 class AckIn(RequestIn):
-    receipt_handle: str
+    receipt_handle: ReceiptHandle
 
 
 class AckOut(RecordOut):
@@ -101,7 +112,7 @@ class AckOut(RecordOut):
 
 
 class AckBatchIn(RequestIn):
-    receipt_handles: list[str] = Field(description=f"1 to {MAX_ACK_BATCH} receipt handles.")
+    receipt_handles: ReceiptHandles = Field(description=f"1 to {MAX_ACK_BATCH} receipt handles.")
 
 
 class AckBatchOut(BaseModel):
@@ -109,8 +120,10 @@ class AckBatchOut(BaseModel):
 
 
 class ChangeInvisibleDurationIn(RequestIn):
-    receipt_handle: str
-    invisible_seconds: float = Field(description="From now; more than 0, at most 43200.")
+    receipt_handle: ReceiptHandle
+    invisible_seconds: InvisibleSeconds = Field(
+        description=f"From now; more than 0, at most {MAX_INVISIBLE_SECONDS:g}."
+    )
 
 
 class ChangeInvisibleDurationOut(RecordOut):
@@ -132,7 +145,7 @@ class DeadLettersOut(BaseModel):
 
 
 class RequeueAllIn(RequestIn):
-    topic: str | None = Field(default=None, description="Only this topic's dead letters.")
+    topic: Topic | None = Field(default=None, description="Only this topic's dead letters.")
 
 
 class RequeueOut(BaseModel):

@@ -12,6 +12,8 @@ queries match it together with the group.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
@@ -39,26 +41,44 @@ from coordinator.http.consumer_schemas import (
     SubscriptionOut,
     SubscriptionsOut,
 )
-from coordinator.http.routes import AUTH_ERRORS, coordinator
-from coordinator.http.schemas import ErrorOut
+from coordinator.http.fields import GroupName, PageLimit, Topic
+from coordinator.http.openapi import DocumentedRoute, described, example
+from coordinator.http.routes import coordinator
 from coordinator.http.security import json_body, long_poll, principal
-
-ERRORS = {
-    400: {"model": ErrorOut, "description": "Invalid name, expression, limit or handle"},
-    **AUTH_ERRORS,
-    404: {"model": ErrorOut, "description": "No such subscription, message or dead letter"},
-    409: {"model": ErrorOut, "description": "Stale receipt handle (received again since)"},
-    415: {"model": ErrorOut, "description": "Request body not sent as application/json"},
-    422: {"model": ErrorOut, "description": "Malformed request body"},
-}
 
 GROUP = "/v1/consumer-groups/{consumer_group}"
 
-router = APIRouter(tags=["consumers"], responses=ERRORS, dependencies=[Depends(json_body)])
+router = APIRouter(
+    tags=["consumers"], dependencies=[Depends(json_body)], route_class=DocumentedRoute
+)
 
-# Names are checked by the core (domain.rules), which answers 400 with a sentence.
-_group = Path(description="The consumer group.")
-_topic = Path()
+# Names are checked by the core (domain.rules), which answers 400 with a sentence;
+# their types only document the rules (fields.py).
+ConsumerGroupPath = Annotated[
+    GroupName, Path(description="The consumer group.", openapi_examples=example("billing"))
+]
+TopicPath = Annotated[Topic, Path(openapi_examples=example("orders"))]
+NO_SUBSCRIPTION = {404: "`not_found`: the group does not subscribe to the topic"}
+NO_DELIVERY = {
+    404: "`not_found`: the group has no unacked message with this receipt handle",
+    409: "`receipt_handle_stale`: the message was received again (or its invisible "
+    "duration changed) since this handle was issued",
+}
+NO_DEAD_LETTER = {
+    404: "`not_found`: no such dead letter of the group, or the group no longer "
+    "subscribes to its topic"
+}
+
+
+def _with_handle(operation: str) -> dict[str, object]:
+    """An OpenAPI link from a receive to `operation`, with its first message's handle."""
+    path = (GROUP + operation).replace("~", "~0").replace("/", "~1")
+    return {
+        "operationRef": f"#/paths/{path}/post",
+        "parameters": {"consumer_group": "$request.path.consumer_group"},
+        "requestBody": {"receipt_handle": "$response.body#/messages/0/receipt_handle"},
+        "description": "The first message received, by its receipt handle.",
+    }
 
 
 @router.put(
@@ -70,8 +90,8 @@ _topic = Path()
 )
 async def subscribe(
     body: SubscriptionIn,
-    consumer_group: str = _group,
-    topic: str = _topic,
+    consumer_group: ConsumerGroupPath,
+    topic: TopicPath,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> JSONResponse:
@@ -93,7 +113,7 @@ async def subscribe(
     GROUP + "/subscriptions", response_model=SubscriptionsOut, summary="A group's subscriptions"
 )
 async def subscriptions(
-    consumer_group: str = _group,
+    consumer_group: ConsumerGroupPath,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> SubscriptionsOut:
@@ -105,11 +125,12 @@ async def subscriptions(
 @router.delete(
     GROUP + "/subscriptions/{topic}",
     response_model=SubscriptionOut,
+    responses=described(NO_SUBSCRIPTION),
     summary="Unsubscribe: the group's unacked messages of the topic are dropped",
 )
 async def unsubscribe(
-    consumer_group: str = _group,
-    topic: str = _topic,
+    consumer_group: ConsumerGroupPath,
+    topic: TopicPath,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> SubscriptionOut:
@@ -120,12 +141,23 @@ async def unsubscribe(
 @router.post(
     GROUP + "/receive",
     response_model=ReceiveOut,
+    responses={
+        200: {
+            "links": {
+                "Ack": _with_handle("/ack"),
+                "Hide": _with_handle("/change-invisible-duration"),
+            }
+        },
+        **described(
+            {404: "`not_found`: the group subscribes to no topic (or not to the one given)"}
+        ),
+    },
     summary="Receive up to max_messages, long polling up to wait_seconds",
 )
 async def receive(
     request: Request,
     body: ReceiveIn,
-    consumer_group: str = _group,
+    consumer_group: ConsumerGroupPath,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> ReceiveOut:
@@ -147,11 +179,12 @@ async def receive(
 @router.post(
     GROUP + "/ack",
     response_model=AckOut,
+    responses=described(NO_DELIVERY),
     summary="Ack one message by its receipt handle (404 unknown, 409 stale)",
 )
 async def ack(
     body: AckIn,
-    consumer_group: str = _group,
+    consumer_group: ConsumerGroupPath,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> AckOut:
@@ -167,7 +200,7 @@ async def ack(
 )
 async def ack_batch(
     body: AckBatchIn,
-    consumer_group: str = _group,
+    consumer_group: ConsumerGroupPath,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> AckBatchOut:
@@ -179,11 +212,12 @@ async def ack_batch(
 @router.post(
     GROUP + "/change-invisible-duration",
     response_model=ChangeInvisibleDurationOut,
+    responses=described(NO_DELIVERY),
     summary="Keep a message invisible longer (or shorter); returns a new receipt handle",
 )
 async def change_invisible_duration(
     body: ChangeInvisibleDurationIn,
-    consumer_group: str = _group,
+    consumer_group: ConsumerGroupPath,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> ChangeInvisibleDurationOut:
@@ -198,9 +232,11 @@ async def change_invisible_duration(
     GROUP + "/dead-letters", response_model=DeadLettersOut, summary="A group's dead letters"
 )
 async def dead_letters(
-    consumer_group: str = _group,
-    topic: str | None = Query(default=None),
-    limit: int = Query(default=100, description=f"1 to {DEAD_LETTERS_PAGE_LIMIT}, oldest first."),
+    consumer_group: ConsumerGroupPath,
+    topic: Annotated[Topic | None, Query()] = None,
+    limit: Annotated[
+        PageLimit, Query(description=f"1 to {DEAD_LETTERS_PAGE_LIMIT}, oldest first.")
+    ] = 100,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> DeadLettersOut:
@@ -215,8 +251,8 @@ async def dead_letters(
     summary="Deliver all of a group's dead letters (of one topic) again",
 )
 async def requeue_all(
+    consumer_group: ConsumerGroupPath,
     body: RequeueAllIn | None = None,
-    consumer_group: str = _group,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> RequeueOut:
@@ -230,10 +266,11 @@ async def requeue_all(
 @router.post(
     GROUP + "/dead-letters/{dead_letter_id}/requeue",
     response_model=RequeueOut,
+    responses=described(NO_DEAD_LETTER),
     summary="Deliver one dead letter again, with a fresh attempt count",
 )
 async def requeue_one(
-    consumer_group: str = _group,
+    consumer_group: ConsumerGroupPath,
     dead_letter_id: int = Path(ge=1, le=OFFSET_MAX),
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
@@ -245,7 +282,7 @@ async def requeue_one(
 
 @router.get(GROUP + "/lag", response_model=ConsumerLagsOut, summary="A group's lag per topic")
 async def lag(
-    consumer_group: str = _group,
+    consumer_group: ConsumerGroupPath,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> ConsumerLagsOut:

@@ -12,7 +12,7 @@ Every route but /health takes the request's principal (security.principal:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
@@ -22,6 +22,8 @@ from coordinator.domain.access import Principal
 from coordinator.domain.messages import EndRequest, MessageRecord
 from coordinator.domain.rules import ID_MAX_LENGTH, OFFSET_MAX
 from coordinator.http.consumer_schemas import ConsumerLagOut
+from coordinator.http.fields import MessageId
+from coordinator.http.openapi import DocumentedRoute, described, example
 from coordinator.http.schemas import (
     BatchIn,
     BatchOut,
@@ -42,33 +44,16 @@ from coordinator.http.schemas import (
 )
 from coordinator.http.security import principal
 
-# What any route but /health may answer for its token.
-AUTH_ERRORS = {
-    401: {"model": ErrorOut, "description": "No token, or one that is unknown or revoked"},
-    403: {"model": ErrorOut, "description": "The token's permissions do not cover the request"},
-    429: {"model": ErrorOut, "description": "Over the token's request rate or long polls"},
+# What only these routes know of their errors; openapi.DocumentedRoute adds
+# what follows from what each route takes (auth, body, names, the database).
+REJECTED = {
+    403: "`permission_denied`: the token may not send to the topic or as the producer group; "
+    "`transactional_messages_rejected`: the server has reject_transactional_messages on",
 }
-ERRORS = {
-    400: {"model": ErrorOut, "description": "Invalid message or request"},
-    401: AUTH_ERRORS[401],
-    403: {
-        "model": ErrorOut,
-        "description": "Not permitted to the token, or transactional messages are rejected",
-    },
-    404: {"model": ErrorOut, "description": "Unknown transaction or message"},
-    409: {"model": ErrorOut, "description": "State conflict, producer group or id mismatch"},
-    422: {"model": ErrorOut, "description": "Malformed request body"},
-    429: AUTH_ERRORS[429],
-}
-# The routes that read a body also refuse one over max_request_bytes, and
-# one not declared JSON.
-BODY_ERRORS = {
-    **ERRORS,
-    413: {"model": ErrorOut, "description": "Request body over the size limit"},
-    415: {"model": ErrorOut, "description": "Request body not sent as application/json"},
-}
+ID_REUSED = {409: "`message_id_conflict`: the message id was used for a different message"}
+NO_MESSAGE = {404: "`not_found`: no message has this id or offset"}
 
-router = APIRouter()
+router = APIRouter(route_class=DocumentedRoute)
 
 EndpointT = TypeVar("EndpointT", bound=Callable[..., Any])
 
@@ -94,7 +79,19 @@ async def coordinator(request: Request) -> Coordinator:
     return request.app.state.coordinator
 
 
-@router.get("/health", response_model=HealthOut, tags=["service"])
+@router.get(
+    "/health",
+    response_model=HealthOut,
+    responses={
+        503: {
+            # HealthOut when the ping fails; the shared error body
+            # (database_unavailable) is allowed too, as on every route.
+            "model": HealthOut | ErrorOut,
+            "description": "PostgreSQL does not answer",
+        }
+    },
+    tags=["service"],
+)
 async def health(response: Response, core: Coordinator = Depends(coordinator)) -> HealthOut:
     if await core.database_ok():
         return HealthOut(status="ok", database="ok")
@@ -106,7 +103,10 @@ async def health(response: Response, core: Coordinator = Depends(coordinator)) -
     "/v1/transactions",
     response_model=SendResultOut,
     status_code=201,
-    responses={200: {"model": SendResultOut, "description": "Idempotent retry"}, **BODY_ERRORS},
+    responses={
+        200: {"model": SendResultOut, "description": "Idempotent retry"},
+        **described(REJECTED | ID_REUSED),
+    },
     tags=["transactions"],
     summary="Send a half (prepared) message",
 )
@@ -124,7 +124,7 @@ async def prepare(
 @router.post(
     "/v1/transactions/batch",
     response_model=BatchOut,
-    responses=BODY_ERRORS,
+    responses=described(REJECTED | ID_REUSED),
     tags=["transactions"],
     summary="Send many half messages in one database transaction",
 )
@@ -142,14 +142,21 @@ async def prepare_batch(
 @router.post(
     "/v1/transactions/{transaction_id}/end",
     response_model=EndResultOut,
-    responses=BODY_ERRORS,
+    responses=described(
+        {
+            404: "`not_found`: no transaction has this id (and message_id, if given)",
+            409: "`state_conflict` (with `current_state`): the opposite resolution is stored, "
+            "or the message is no longer prepared; `producer_group_mismatch`: the "
+            "transaction belongs to another producer group",
+        }
+    ),
     tags=["transactions"],
     summary="Commit, roll back, or report UNKNOWN for a half message",
 )
 @hot
 async def end(
     body: EndIn,
-    transaction_id: str = Path(max_length=ID_MAX_LENGTH),
+    transaction_id: Annotated[MessageId, Path(max_length=ID_MAX_LENGTH)],
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> JSONResponse:
@@ -171,7 +178,6 @@ async def end(
 @router.post(
     "/v1/transactions/end-batch",
     response_model=EndBatchOut,
-    responses=BODY_ERRORS,
     tags=["transactions"],
     summary="End many transactions in one database transaction, each with its own outcome",
 )
@@ -209,11 +215,11 @@ async def end_batch(
 @router.get(
     "/v1/transactions/{transaction_id}",
     response_model=MessageOut,
-    responses=ERRORS,
+    responses=described(NO_MESSAGE),
     tags=["lookup"],
 )
 async def get_by_transaction(
-    transaction_id: str = Path(max_length=ID_MAX_LENGTH),
+    transaction_id: Annotated[MessageId, Path(max_length=ID_MAX_LENGTH)],
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> MessageOut:
@@ -224,7 +230,10 @@ async def get_by_transaction(
     "/v1/messages",
     response_model=SendResultOut,
     status_code=201,
-    responses={200: {"model": SendResultOut, "description": "Idempotent retry"}, **BODY_ERRORS},
+    responses={
+        200: {"model": SendResultOut, "description": "Idempotent retry"},
+        **described(ID_REUSED),
+    },
     tags=["messages"],
     summary="Send a normal (non-transactional) message",
 )
@@ -240,7 +249,10 @@ async def send(
 
 
 @router.post(
-    "/v1/messages/batch", response_model=BatchOut, responses=BODY_ERRORS, tags=["messages"]
+    "/v1/messages/batch",
+    response_model=BatchOut,
+    responses=described(ID_REUSED),
+    tags=["messages"],
 )
 @hot
 async def send_batch(
@@ -254,17 +266,27 @@ async def send_batch(
 
 
 @router.get(
-    "/v1/messages/{message_id}", response_model=MessageOut, responses=ERRORS, tags=["lookup"]
+    "/v1/messages/{message_id}",
+    response_model=MessageOut,
+    responses=described(NO_MESSAGE),
+    tags=["lookup"],
 )
 async def get_by_message_id(
-    message_id: str = Path(max_length=ID_MAX_LENGTH),
+    message_id: Annotated[
+        MessageId, Path(max_length=ID_MAX_LENGTH, openapi_examples=example("order-1001"))
+    ],
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> MessageOut:
     return _readable(caller, await core.get_message(message_id=message_id))
 
 
-@router.get("/v1/offsets/{offset}", response_model=MessageOut, responses=ERRORS, tags=["lookup"])
+@router.get(
+    "/v1/offsets/{offset}",
+    response_model=MessageOut,
+    responses=described(NO_MESSAGE),
+    tags=["lookup"],
+)
 async def get_by_offset(
     offset: int = Path(ge=1, le=OFFSET_MAX),
     core: Coordinator = Depends(coordinator),
@@ -285,7 +307,7 @@ def _require_produce_all(caller: Principal, body: BatchIn) -> None:
         caller.require_produce(topic, group)
 
 
-@router.get("/v1/status", response_model=StatusOut, responses=AUTH_ERRORS, tags=["service"])
+@router.get("/v1/status", response_model=StatusOut, tags=["service"])
 async def status(
     core: Coordinator = Depends(coordinator), caller: Principal = Depends(principal)
 ) -> StatusOut:

@@ -14,9 +14,17 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, Field, PrivateAttr, StrictBool, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    WithJsonSchema,
+    model_validator,
+)
 
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import (
@@ -29,26 +37,61 @@ from coordinator.domain.messages import (
 from coordinator.domain.rules import ID_MAX_LENGTH
 from coordinator.domain.states import Resolution
 from coordinator.http.consumer_schemas import ConsumerLagOut
+from coordinator.http.fields import (
+    BodyBase64,
+    BodyText,
+    GroupName,
+    Keys,
+    MessageGroup,
+    MessageId,
+    PositiveSeconds,
+    Properties,
+    Tag,
+    Topic,
+)
 from coordinator.http.message_schemas import MessageFieldsOut, RecordOut, RequestIn
 
 
 class MessageIn(RequestIn):
-    topic: str = Field(examples=["orders"])
-    producer_group: str | None = Field(
+    """A message to send. The field types document the core's rules (fields.py)."""
+
+    # Exactly one body, which pydantic checks (422): said here for the document.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["body_base64"], "properties": {"body_base64": {"type": "string"}}},
+                {"required": ["body_text"], "properties": {"body_text": {"type": "string"}}},
+            ]
+        }
+    )
+
+    topic: Topic = Field(examples=["orders"])
+    producer_group: GroupName | None = Field(
         default=None, description="Required for transactional messages.", examples=["order-svc"]
     )
-    tags: str | None = Field(default=None, examples=["created"])
-    keys: list[str] = Field(default_factory=list, examples=[["order-1001"]])
-    properties: dict[str, str] = Field(default_factory=dict)
-    body_base64: str | None = Field(default=None, description="The body, base64-encoded.")
-    body_text: str | None = Field(default=None, description="The body as UTF-8 text.")
-    message_id: str | None = Field(
+    tags: Tag | None = Field(default=None, examples=["created"])
+    keys: Keys = Field(default_factory=list, examples=[["order-1001"]])
+    properties: Properties = Field(
+        default_factory=dict,
+        description="At most max_properties_bytes (UTF-8 names and values), a server setting.",
+    )
+    body_base64: BodyBase64 | None = Field(
+        default=None,
+        description="The body, base64-encoded. At most max_body_bytes, a server setting.",
+    )
+    body_text: BodyText | None = Field(
+        default=None,
+        description="The body as UTF-8 text. At most max_body_bytes, a server setting.",
+    )
+    message_id: MessageId | None = Field(
         default=None, description="Your own id, for idempotent retries. Generated if absent."
     )
-    check_immunity_seconds: float | None = Field(
-        default=None, description="First check-back no earlier than this after sending."
+    check_immunity_seconds: PositiveSeconds | None = Field(
+        default=None,
+        description="First check-back no earlier than this after sending; "
+        "transactional messages only, at most the retention.",
     )
-    message_group: str | None = Field(default=None, description="FIFO message group key.")
+    message_group: MessageGroup | None = Field(default=None, description="FIFO message group key.")
 
     # The decoded body, kept from validation so it is decoded once.
     _body: bytes = PrivateAttr(default=b"")
@@ -81,7 +124,9 @@ class MessageIn(RequestIn):
 
 
 class BatchIn(RequestIn):
-    messages: list[MessageIn]
+    messages: Annotated[list[MessageIn], Field(json_schema_extra={"minItems": 1})] = Field(
+        description="At most max_batch_size, a server setting."
+    )
 
 
 class SendResultOut(BaseModel):
@@ -114,12 +159,12 @@ class BatchOut(BaseModel):
 
 
 class EndIn(RequestIn):
-    producer_group: str
+    producer_group: GroupName
     resolution: Literal["commit", "rollback", "unknown"]
     # Strict: only JSON true or false (not "yes", 0 or 1) says whether this
     # answers a check-back.
     from_check: StrictBool = Field(default=False, description="True when answering a check-back.")
-    message_id: str | None = Field(default=None, description="If given, must match.")
+    message_id: MessageId | None = Field(default=None, description="If given, must match.")
 
     @property
     def resolution_value(self) -> Resolution:
@@ -127,11 +172,13 @@ class EndIn(RequestIn):
 
 
 class EndBatchItemIn(EndIn):
-    transaction_id: str = Field(max_length=ID_MAX_LENGTH)
+    transaction_id: Annotated[MessageId, Field(max_length=ID_MAX_LENGTH)]
 
 
 class EndBatchIn(RequestIn):
-    requests: list[EndBatchItemIn]
+    requests: Annotated[list[EndBatchItemIn], Field(json_schema_extra={"minItems": 1})] = Field(
+        description="At most max_batch_size, with no transaction id twice."
+    )
 
 
 class EndBatchItemOut(BaseModel):
@@ -230,8 +277,33 @@ class HealthOut(BaseModel):
 
 
 class ErrorOut(BaseModel):
+    """Every error answer: a stable code, a sentence, and what else applies."""
+
     error: str = Field(description="A stable code, e.g. state_conflict.")
     message: str = Field(description="What went wrong, for people.")
-    current_state: str | None = Field(
+    # Sent only when it applies, never as null: documented as an optional string.
+    current_state: Annotated[str | None, WithJsonSchema({"type": "string"})] = Field(
         default=None, description="On a state_conflict: the state the message is in."
     )
+
+
+# What each error status means on any route; a route may say more of its own
+# (openapi.described). docs/http-api.md lists the codes with the same meaning.
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "`invalid_request`: the request breaks a rule of the coordinator (a name, id, tag, "
+    "key, size or limit); the message says which",
+    401: "`unauthenticated`: no token, or one that is unknown or revoked",
+    403: "`permission_denied`: the token's permissions do not cover the request",
+    404: "`not_found`: nothing of that name or id",
+    408: "`request_timeout`: the request did not arrive whole within "
+    "request_read_timeout_seconds (the connection is closed)",
+    409: "A conflict with the stored state; `error` says which",
+    413: "`request_too_large`: the request's body is over max_request_bytes",
+    415: "`unsupported_media_type`: a body not sent as application/json",
+    422: "`invalid_request`: a malformed request: a body that is not JSON or has a missing, "
+    "unknown or mistyped field, or a parameter of the wrong type or out of range",
+    429: "`rate_limited`: over the token's request rate or long polls; or "
+    "`too_many_connections`: the server holds max_connections (the connection is closed)",
+    503: "`database_unavailable`: PostgreSQL is away; nothing was stored, so the same "
+    "request can be sent again (after Retry-After seconds)",
+}

@@ -1,0 +1,144 @@
+"""Every error answer of every route, in the OpenAPI document, derived in one place.
+
+The routers build their routes as DocumentedRoutes: each adds to its
+`responses` the error statuses that follow from what its endpoint takes,
+all with the one error body (schemas.ErrorOut) and the shared descriptions
+(schemas.ERROR_DESCRIPTIONS):
+
+- every request: 408 (not received whole in time, protocol.py), 413
+  (HotRoutes refuses any request declaring a body over max_request_bytes,
+  before routing) and 429 (the server's open-connection limit, protocol.py);
+- the core (a dependency returning Coordinator): 503, PostgreSQL away;
+- the principal (security.principal, also through json_body): 401, 403, and
+  429 for the token's rate and long polls;
+- a body, or json_body on a method that sends one: 415;
+- a body or a string parameter (names, ids: the core's rules): 400;
+- a body or any parameter (pydantic's validation): 422.
+
+What only the route knows (404, 409, a 403 of its own) it declares itself
+with `described({...})` or `errors(...)`; a route's own declaration of a
+status wins over the derived one (/health's 503 also has its HealthOut).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from fastapi import params
+from fastapi.dependencies.models import Dependant
+from fastapi.dependencies.utils import get_dependant
+from fastapi.routing import APIRoute
+
+from coordinator.core import Coordinator
+from coordinator.http.schemas import ERROR_DESCRIPTIONS, ErrorOut
+from coordinator.http.security import BODY_METHODS, json_body, principal
+
+Responses = dict[int | str, dict[str, Any]]
+
+# PostgreSQL away (errors.py) says when to retry.
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before sending the request again.",
+        "schema": {"type": "integer"},
+    }
+}
+
+
+def errors(*statuses: int) -> Responses:
+    """`responses=` entries for error statuses, with their shared descriptions."""
+    return described({status: ERROR_DESCRIPTIONS[status] for status in statuses})
+
+
+def described(descriptions: dict[int, str]) -> Responses:
+    """`responses=` entries for error statuses, each with a description of its own."""
+    return {
+        status: {
+            "model": ErrorOut,
+            "description": description,
+            **({"headers": RETRY_AFTER} if status == 503 else {}),
+        }
+        for status, description in descriptions.items()
+    }
+
+
+def example(value: object) -> dict[str, dict[str, Any]]:
+    """`openapi_examples=` of a parameter: one example, named by its value."""
+    return {str(value): {"value": value}}
+
+
+def _dependants(dependant: Dependant) -> Iterator[Dependant]:
+    yield dependant
+    for sub in dependant.dependencies:
+        yield from _dependants(sub)
+
+
+def _returns_core(call: Callable[..., Any] | None) -> bool:
+    try:
+        return typing.get_type_hints(call).get("return") is Coordinator
+    except Exception:  # a class, a builtin, an unresolvable hint: not the core
+        return False
+
+
+def _kinds(annotation: Any) -> set[Any]:
+    """The types a parameter's annotation admits, without Annotated's extras."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _kinds(typing.get_args(annotation)[0])
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return set().union(*map(_kinds, typing.get_args(annotation)))
+    return {annotation}
+
+
+def _text(param: Any) -> bool:
+    """Whether a parameter is a string (a name or an id, which the core's rules check)."""
+    return _kinds(param.field_info.annotation) <= {str, type(None)}
+
+
+def derived_errors(
+    path: str,
+    endpoint: Callable[..., Any],
+    dependencies: Sequence[params.Depends],
+    methods: Sequence[str],
+) -> dict[int, str]:
+    """The error statuses a route can answer, from what it takes, with their descriptions."""
+    top = get_dependant(path=path, call=endpoint)
+    dependants = [
+        *_dependants(top),
+        *(
+            found
+            for depends in dependencies
+            if depends.dependency is not None
+            for found in _dependants(get_dependant(path=path, call=depends.dependency))
+        ),
+    ]
+    calls = {d.call for d in dependants}
+    parameters = [p for d in dependants for p in (*d.path_params, *d.query_params)]
+    has_body = any(d.body_params for d in dependants)
+    statuses = {408, 413, 429}
+    if any(_returns_core(call) for call in calls):
+        statuses.add(503)
+    if principal in calls:
+        statuses |= {401, 403}
+    if has_body or (json_body in calls and BODY_METHODS & set(methods)):
+        statuses.add(415)
+    if has_body or parameters:
+        # Also for routes whose only parameters are plain strings, which
+        # pydantic cannot refuse: FastAPI documents a 422 for any route with
+        # parameters, and this states the body it really has.
+        statuses.add(422)
+    if has_body or any(_text(p) for p in parameters):
+        statuses.add(400)
+    return {status: ERROR_DESCRIPTIONS[status] for status in sorted(statuses)}
+
+
+class DocumentedRoute(APIRoute):
+    """An APIRoute whose responses list every error status it can answer (see above)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **options: Any) -> None:
+        derived = derived_errors(
+            path, endpoint, options.get("dependencies") or (), options.get("methods") or ()
+        )
+        options["responses"] = {**described(derived), **(options.get("responses") or {})}
+        super().__init__(path, endpoint, **options)
