@@ -273,7 +273,9 @@ def check_consumer_group(consumer_group: str | None) -> str:
 
 
 def check_seconds(what: str, value: float, *, low: float, high: float, allow_zero: bool) -> float:
-    if not math.isfinite(value) or value < low or (value == low and not allow_zero):
+    if not math.isfinite(value):
+        raise InvalidMessage(f"{what} must be a finite number of seconds, got {value!r}")
+    if value < low or (value == low and not allow_zero):
         bound = f"at least {low:g}" if allow_zero else f"more than {low:g}"
         raise InvalidMessage(f"{what} must be {bound} seconds, got {value!r}")
     if value > high:

@@ -7,7 +7,7 @@ import pytest
 from coordinator.config import Settings
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.messages import NewMessage
-from coordinator.domain.rules import check_name, check_new_message, check_topic
+from coordinator.domain.rules import check_name, check_new_message, check_seconds, check_topic
 
 SETTINGS = Settings()
 
@@ -94,3 +94,9 @@ def test_limits_follow_the_settings() -> None:
         check_new_message(_message(body=b"x" * 11), small, transactional=True)
     with pytest.raises(InvalidMessage, match="at most 4"):
         check_new_message(_message(properties={"ab": "cde"}), small, transactional=True)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_seconds_that_are_not_finite_are_refused_as_such(value: float) -> None:
+    with pytest.raises(InvalidMessage, match="must be a finite number of seconds"):
+        check_seconds("invisible_seconds", value, low=0, high=43200, allow_zero=False)
