@@ -8,7 +8,6 @@ running behind it. Every wait is bounded.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,14 +17,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.server import free_port
-from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from tests.push_receiver import PushReceiver, Received
 
 # Generous: a coordinator starts in a few seconds, but the machine these
 # tests run on may be busy with other test sessions.
@@ -168,86 +166,50 @@ HOLD = "hold"
 Answer = Callable[[Push], str | None]
 
 
-class CheckReceiver:
-    """A push producer's check URL: a threaded HTTP server that answers with `answer`.
+class CheckReceiver(PushReceiver):
+    """A push producer's check URL that answers each push with `answer`'s resolution.
 
     `secrets` names the coordinators' check_push_secret values, so a test with
     several nodes sees which node sent each push.
     """
 
     def __init__(self, answer: Answer, secrets: Mapping[str, str] | None = None) -> None:
-        self.answer = answer
+        self.resolve = answer
         self.secrets = dict(secrets or {})
-        self.pushes: list[Push] = []
-        self._lock = threading.Lock()
         self._released = threading.Event()
-        receiver = self
+        self._pushes: list[Push] = []
+        super().__init__(self._answer_push)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length", "0")))
-                body = json.loads(raw)
-                push = Push(
-                    offset=body["offset"],
-                    message_id=body["message_id"],
-                    check_count=body["check_count"],
-                    signer=receiver._signer(raw, self.headers),
-                    at=time.monotonic(),
-                )
-                with receiver._lock:
-                    receiver.pushes.append(push)
-                resolution = receiver.answer(push)
-                if resolution == HOLD:
-                    # The pushing node waits for an answer that comes only
-                    # when the test ends (and by then it is usually dead).
-                    receiver._released.wait(timeout=300)
-                    resolution = None
-                content = json.dumps({"resolution": resolution}).encode() if resolution else b""
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
-
-            def log_message(self, *args: object) -> None:  # keep test output quiet
-                pass
-
-        class Server(ThreadingHTTPServer):
-            # Several nodes push at once (max_inflight_dispatches each): the
-            # default listen backlog of 5 would drop connections under load.
-            request_queue_size = 256
-            daemon_threads = True
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                # A held push answered after its node was killed fails to
-                # write: expected, and not worth a traceback.
-                pass
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/check"
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    def _answer_push(self, received: Received) -> tuple[int, dict[str, Any] | None]:
+        body = received.json
+        push = Push(
+            offset=body["offset"],
+            message_id=body["message_id"],
+            check_count=body["check_count"],
+            signer=next(
+                (name for name, secret in self.secrets.items() if received.signed_with(secret)),
+                None,
+            ),
+            at=received.at,
         )
-
-    def _signer(self, raw: bytes, headers: Any) -> str | None:
-        for name, secret in self.secrets.items():
-            if verify(raw, secret, headers.get(SIGNATURE_HEADER), headers.get(TIMESTAMP_HEADER)):
-                return name
-        return None
-
-    def received(self) -> list[Push]:
         with self._lock:
-            return list(self.pushes)
+            self._pushes.append(push)
+        resolution = self.resolve(push)
+        if resolution == HOLD:
+            # The pushing node waits for an answer that comes only when the
+            # test ends (and by then it is usually dead).
+            self._released.wait(timeout=300)
+            resolution = None
+        return 200, {"resolution": resolution} if resolution else None
+
+    def pushes(self) -> list[Push]:
+        with self._lock:
+            return list(self._pushes)
 
     def release(self) -> None:
         """Answer the held pushes (with an empty 200)."""
         self._released.set()
 
-    def __enter__(self) -> CheckReceiver:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.release()
-        self.server.shutdown()
-        self.server.server_close()
+        super().__exit__(*exc)

@@ -7,10 +7,11 @@ answers with whatever the test's `answer` function returns.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,6 +25,7 @@ Answer = tuple[int, dict[str, Any] | None]
 class Received:
     body: bytes
     headers: dict[str, str]
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
     @property
     def json(self) -> dict[str, Any]:
@@ -72,7 +74,14 @@ class PushReceiver:
         class Server(ThreadingHTTPServer):
             # Several nodes push at once (up to max_inflight_dispatches each):
             # the default listen backlog of 5 drops connections under load.
-            request_queue_size = 128
+            request_queue_size = 256
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # An answer to a node that is gone (killed on purpose, or
+                # timed out) fails to write: expected, not worth a traceback.
+                if not isinstance(sys.exc_info()[1], ConnectionError):
+                    super().handle_error(request, client_address)
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/check"

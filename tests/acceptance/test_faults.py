@@ -467,7 +467,7 @@ def test_when_one_of_two_nodes_dies_the_other_answers_and_takes_over_its_check_b
         # The claims the doomed node died with were checked again by the
         # survivor, with a later check, and resolved by it.
         assert claimed_at_kill, "the doomed node held no claim when it died"
-        pushes = producer_checks.received()
+        pushes = producer_checks.pushes()
         for push in claimed_at_kill:
             later = [
                 p
