@@ -60,8 +60,13 @@ def settings_with_flags(ctx: typer.Context, *, not_settings: Collection[str] = (
 
 def ready_url(ctx: typer.Context) -> str:
     """The command's database, migrated (and started first if it is the embedded one)."""
+    return ready_url_for(settings_from(ctx))
+
+
+def ready_url_for(settings: Settings) -> str:
+    """ready_url for settings a command adjusted (its own flags); exit 5 if unreachable."""
     try:
-        return ready_database(settings_from(ctx))
+        return ready_database(settings)
     # Migrating through SQLAlchemy wraps psycopg's error in one of its own.
     except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as error:
         reason = getattr(error, "orig", None) or error

@@ -14,11 +14,17 @@ import psycopg
 import typer
 import uvicorn
 
-from coordinator.cli.common import EXIT_USAGE, console, err_console, fail, settings_with_flags
+from coordinator.cli.common import (
+    EXIT_USAGE,
+    console,
+    err_console,
+    fail,
+    ready_url_for,
+    settings_with_flags,
+)
 from coordinator.config import Settings, env_name
 from coordinator.core.auth import is_loopback
 from coordinator.db.queries import execute_sync
-from coordinator.db.ready import ready_database
 from coordinator.db.urls import redact
 from coordinator.http import create_app
 from coordinator.http.protocol import CoalescingHttpToolsProtocol
@@ -72,7 +78,7 @@ def serve(
     # Checked before the database starts: a wrong file is a usage error, not a
     # traceback from uvicorn after Postgres is up.
     _check_tls(settings)
-    url = ready_database(settings)
+    url = ready_url_for(settings)
     where = redact(url) if settings.database_url else f"embedded, data in {settings.data_dir}"
     console.print(f"database: {where}", highlight=False)
     _check_authentication(settings, _live_tokens(url))

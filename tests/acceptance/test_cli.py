@@ -111,3 +111,11 @@ def test_an_unreachable_database_exits_5_with_a_sentence() -> None:
     result = runner.invoke(app, ["--database-url", url, "status"], catch_exceptions=False)
     assert result.exit_code == 5
     assert "cannot reach the database" in result.output
+
+
+def test_serve_on_an_unreachable_database_exits_5_with_a_sentence() -> None:
+    url = "postgresql://nobody@127.0.0.1:1/nowhere"
+    result = runner.invoke(app, ["--database-url", url, "serve"], catch_exceptions=False)
+    assert result.exit_code == 5
+    assert "cannot reach the database" in result.output
+    assert "Traceback" not in result.output
