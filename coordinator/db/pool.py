@@ -12,7 +12,8 @@ after a 20 s outage the pool kept requests waiting ~8 s more. Here:
   (psycopg's OperationalError: connection refused or lost, server shutting
   down), becomes DatabaseUnavailable, which each door answers as such (HTTP
   503 `database_unavailable`);
-- the wait for a connection is `acquire_timeout` seconds;
+- the wait for a connection is `timeout` seconds (the setting
+  pool_timeout_seconds);
 - after a failure, connections are checked before they are handed out, for
   a while, so a connection the restart broke is replaced instead of failing
   a request (checking is a round trip, so not in steady state);
@@ -111,6 +112,6 @@ def _first_line(error: Exception) -> str:
 
 
 def open_pool(
-    database_url: str, *, min_size: int, max_size: int, timeout: float = 3.0
+    database_url: str, *, min_size: int, max_size: int, timeout: float
 ) -> CoordinatorPool:
     return CoordinatorPool(database_url, min_size=min_size, max_size=max_size, timeout=timeout)

@@ -39,40 +39,36 @@ FLUSH_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
 
 
-def _too_many_connections(limit: int) -> bytes:
-    body = json.dumps(
-        {
-            "error": "too_many_connections",
-            "message": f"this server holds {limit} open connections, its most; "
-            "retry later or reuse a connection",
-        },
-        separators=(",", ":"),
-    ).encode()
-    head = (
-        "HTTP/1.1 429 Too Many Requests\r\n"
-        "content-type: application/json\r\n"
-        f"content-length: {len(body)}\r\n"
-        "retry-after: 1\r\n"
-        "connection: close\r\n\r\n"
+def _closing_answer(status: str, code: str, message: str, *headers: str) -> bytes:
+    """A whole JSON error response, written by the protocol itself, that ends the connection."""
+    body = json.dumps({"error": code, "message": message}, separators=(",", ":")).encode()
+    head = "".join(
+        [
+            f"HTTP/1.1 {status}\r\n",
+            "content-type: application/json\r\n",
+            f"content-length: {len(body)}\r\n",
+            *(f"{header}\r\n" for header in headers),
+            "connection: close\r\n\r\n",
+        ]
     )
     return head.encode() + body
+
+
+def _too_many_connections(limit: int) -> bytes:
+    return _closing_answer(
+        "429 Too Many Requests",
+        "too_many_connections",
+        f"this server holds {limit} open connections, its most; retry later or reuse a connection",
+        "retry-after: 1",
+    )
 
 
 def _request_timeout(seconds: float) -> bytes:
-    body = json.dumps(
-        {
-            "error": "request_timeout",
-            "message": f"the request was not received whole within {seconds:g} s",
-        },
-        separators=(",", ":"),
-    ).encode()
-    head = (
-        "HTTP/1.1 408 Request Timeout\r\n"
-        "content-type: application/json\r\n"
-        f"content-length: {len(body)}\r\n"
-        "connection: close\r\n\r\n"
+    return _closing_answer(
+        "408 Request Timeout",
+        "request_timeout",
+        f"the request was not received whole within {seconds:g} s",
     )
-    return head.encode() + body
 
 
 class _CoalescingTransport:

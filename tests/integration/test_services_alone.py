@@ -33,7 +33,7 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 async def context(database_url: str) -> AsyncIterator[CoreContext]:
     settings = check_settings()
-    pool = open_pool(database_url, min_size=1, max_size=4)
+    pool = open_pool(database_url, min_size=1, max_size=4, timeout=settings.pool_timeout_seconds)
     await pool.open(wait=True)
     try:
         yield CoreContext(pool, settings)
