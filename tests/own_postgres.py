@@ -8,7 +8,6 @@ and always stops it at the end, also when it fails.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -49,13 +48,6 @@ class OwnPostgres:
     def start(self) -> None:
         # pgserver starts it on the same socket directory as the first time.
         self._server.ensure_postgres_running()  # type: ignore[attr-defined]
-
-    def is_running(self) -> bool:
-        try:
-            self._pg_ctl(["status"])
-        except subprocess.CalledProcessError:
-            return False
-        return True
 
     def _pg_ctl(self, args: list[str]) -> None:
         from pgserver._commands import pg_ctl

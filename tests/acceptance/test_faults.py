@@ -49,9 +49,8 @@ from coordinator.client import (
     Message,
     RetryPolicy,
 )
-from coordinator.db import migrate
 from coordinator.db.queries import query
-from tests.own_postgres import own_postgres
+from tests.own_postgres import OwnPostgres, own_postgres
 from tests.processes import (
     HOLD,
     CheckReceiver,
@@ -680,21 +679,19 @@ class CommitTrap:
 
 
 @pytest.fixture(scope="module")
-def own_server() -> Iterator[str]:
+def own_server() -> Iterator[OwnPostgres]:
     """A PostgreSQL of this module's own: its configuration is changed under load."""
     with own_postgres("coordinator-fault-pg-") as server:
-        yield server.url()
+        yield server
 
 
 @contextmanager
 def _trapped_coordinator(
-    own_server: str, tmp_path: Path
+    own_server: OwnPostgres, tmp_path: Path
 ) -> Iterator[tuple[ServeProcess, CommitTrap, psycopg.Connection]]:
     dbname = f"faults_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(own_server, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
-        url = own_server.replace("/postgres?", f"/{dbname}?")
-        migrate.upgrade(url)
+    url = own_server.migrated_database(dbname)
+    with psycopg.connect(own_server.url(), autocommit=True) as admin:
         trap = CommitTrap(admin, dbname)
         # No check-back job: its claims are commits too, and would be caught
         # in the trap along with the requests under test.
@@ -741,7 +738,7 @@ def _bodies(db: psycopg.Connection) -> Counter[str]:
 
 
 def test_a_batch_committed_but_unanswered_is_answered_as_a_repeat_when_sent_again(
-    own_server: str, tmp_path: Path
+    own_server: OwnPostgres, tmp_path: Path
 ) -> None:
     ids = [_new_message_id() for _ in range(6)]
     messages = [
@@ -842,7 +839,7 @@ class CommitInTrap(AsyncTransactionListener):
 
 
 def test_the_sdk_retries_a_lost_commit_answer_into_one_message_and_one_resolution(
-    own_server: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    own_server: OwnPostgres, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with _trapped_coordinator(own_server, tmp_path) as (server, trap, db):
 
