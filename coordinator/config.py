@@ -69,6 +69,13 @@ class Settings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="HTTP listen address.")
     port: int = Field(default=8080, ge=0, le=65535, description="HTTP listen port.")
+    grpc_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Port of the RocketMQ 5 gRPC door, on the HTTP listen address; "
+        "unset: no gRPC.",
+    )
 
     transaction_timeout_seconds: float = Field(
         default=6.0,

@@ -35,6 +35,11 @@ def serve(
     ctx: typer.Context,
     host: str | None = typer.Option(None, help="Listen address [default: 127.0.0.1]."),
     port: int | None = typer.Option(None, help="Listen port [default: 8080]."),
+    grpc_port: int | None = typer.Option(
+        None,
+        help="Also serve the RocketMQ 5 gRPC protocol on this port (official RocketMQ "
+        "clients) [default: off].",
+    ),
     transaction_timeout_seconds: float | None = typer.Option(
         None, "--transaction-timeout", help="Seconds before the first check-back [default: 6]."
     ),
@@ -78,6 +83,8 @@ def serve(
     # Checked before the database starts: a wrong file is a usage error, not a
     # traceback from uvicorn after Postgres is up.
     _check_tls(settings)
+    if settings.grpc_port is not None:
+        _check_grpc_extra()
     url = ready_url_for(settings)
     where = redact(url) if settings.database_url else f"embedded, data in {settings.data_dir}"
     console.print(f"database: {where}", highlight=False)
@@ -88,6 +95,12 @@ def serve(
         "(API docs at /docs)",
         highlight=False,
     )
+    if settings.grpc_port is not None:
+        console.print(
+            f"RocketMQ gRPC door on {_url_host(settings.host)}:{settings.grpc_port} "
+            f"({'TLS' if settings.tls_cert_file else 'plaintext'})",
+            highlight=False,
+        )
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
     # with the handler it found. The default handler would end the process
     # without running atexit hooks, and the embedded server's hook stops
@@ -105,6 +118,18 @@ def serve(
         workers=workers,
         **_server_options(settings),
     )
+
+
+def _check_grpc_extra() -> None:
+    # Checked before Postgres starts: a missing extra is a usage error with a
+    # sentence, not an ImportError from the app's lifespan.
+    from importlib.util import find_spec
+
+    if find_spec("grpc") is None or find_spec("rocketmq") is None:
+        raise fail(
+            "--grpc-port needs the RocketMQ protocol modules: pip install 'coordinator[grpc]'",
+            EXIT_USAGE,
+        )
 
 
 def _check_tls(settings: Settings) -> None:

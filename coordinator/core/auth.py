@@ -135,14 +135,26 @@ class Authenticator:
 
     def authenticate(self, authorization: str | None) -> Principal:
         """The principal of an `Authorization: Bearer <token>` header value."""
-        if not self.enabled:
-            principal = _ANONYMOUS
-        else:
+        token = None
+        if self.enabled:
             if not authorization or not authorization[:7].lower() == BEARER:
                 raise Unauthenticated(
                     "this coordinator needs a token: send 'Authorization: Bearer <token>'"
                 )
-            principal = self._principals.get(secret_sha256(authorization[7:].strip()))
+            token = authorization[7:].strip()
+        return self.authenticate_token(token)
+
+    def authenticate_token(self, token: str | None, *, how_to_send: str = "") -> Principal:
+        """The principal of a token however a door carries it, counted against its rate.
+
+        `how_to_send` completes the sentence for a request without a token.
+        """
+        if not self.enabled:
+            principal = _ANONYMOUS
+        else:
+            if token is None:
+                raise Unauthenticated(f"this coordinator needs a token{how_to_send}")
+            principal = self._principals.get(secret_sha256(token))
             if principal is None:
                 raise Unauthenticated("the token is not valid (unknown or revoked)")
         self.limits.take_request(principal)

@@ -98,6 +98,41 @@ class Delivery:
         assert row is not None
         return SubscribeResult(subscription=_subscription(row), created=row["created"])
 
+    async def ensure_subscribed(
+        self,
+        consumer_group: str,
+        topic: str,
+        expression: str = SUBSCRIBE_ALL,
+        *,
+        fifo: bool | None = None,
+    ) -> Subscription:
+        """The group's subscription to `topic` with this expression, changed only if it differs.
+
+        For clients that restate their subscription with every receive (the
+        RocketMQ door): an existing subscription keeps its max delivery
+        attempts, and its FIFO flag unless `fifo` is given; an unchanged one
+        is not written.
+        """
+        check_consumer_group(consumer_group)
+        check_topic(topic)
+        expression = expression.strip() or SUBSCRIBE_ALL
+        parse_tag_expression(expression)
+        current = {s.topic: s for s in await self.subscriptions(consumer_group)}.get(topic)
+        if current is None:
+            result = await self.subscribe(consumer_group, topic, expression, fifo=bool(fifo))
+            return result.subscription
+        fifo = current.fifo if fifo is None else fifo
+        if current.expression == expression and current.fifo == fifo:
+            return current
+        result = await self.subscribe(
+            consumer_group,
+            topic,
+            expression,
+            fifo=fifo,
+            max_delivery_attempts=current.max_delivery_attempts,
+        )
+        return result.subscription
+
     async def unsubscribe(self, consumer_group: str, topic: str) -> Subscription:
         """Remove a subscription with its unacked deliveries; its dead letters stay."""
         check_consumer_group(consumer_group)
@@ -254,6 +289,34 @@ class Delivery:
                 invisible_until=row["visible_at"],
                 delivery_attempt=row["attempts"],
             )
+        if row["found"]:
+            raise ReceiptHandleStale(
+                f"receipt handle {receipt_handle!r} is stale: the message was received again "
+                "(or its invisible duration changed) since it was issued"
+            )
+        raise NotFound(
+            f"consumer group {consumer_group!r} has no unacked message with receipt handle "
+            f"{receipt_handle!r}"
+        )
+
+    async def dead_letter(self, consumer_group: str, receipt_handle: str) -> None:
+        """Move one in-flight message to the group's dead letters now, by its receipt handle."""
+        check_consumer_group(consumer_group)
+        async with self._context.pool.connection() as conn, conn.transaction():
+            row = await fetch_one(
+                conn,
+                "bury_delivery",
+                {
+                    "consumer_group": consumer_group,
+                    "delivery_id": delivery_id_of(receipt_handle),
+                    "receipt_handle": receipt_handle,
+                },
+            )
+            assert row is not None
+            if row["buried"]:
+                if row["unblocks_message_group"]:
+                    await _notify(conn, consumer_group)
+                return
         if row["found"]:
             raise ReceiptHandleStale(
                 f"receipt handle {receipt_handle!r} is stale: the message was received again "

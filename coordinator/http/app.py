@@ -1,17 +1,18 @@
 """The ASGI application. Its lifespan opens and closes the core's pool and
-runs the authenticator and the check-back scheduler."""
+runs the authenticator, the check-back scheduler and, when grpc_port is set,
+the RocketMQ gRPC door beside HTTP on the same core."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
 from fastapi import FastAPI
 
 from coordinator import __version__
 from coordinator.config import Settings
 from coordinator.core import Coordinator
-from coordinator.core.auth import open_allowed, running_authenticator
+from coordinator.core.auth import Authenticator, open_allowed, running_authenticator
 from coordinator.core.checkback.scheduler import running_check_scheduler
 from coordinator.http.checkback import router as checkback_router
 from coordinator.http.consumers import router as consumers_router
@@ -33,7 +34,10 @@ def create_app(database_url: str, settings: Settings | None = None) -> HotRoutes
             ) as authenticator:
                 # On app.state, where FastAPI's routes and HotRoutes both find it.
                 app.state.authenticator = authenticator
-                async with running_check_scheduler(core.checkback.run_round, core.settings):
+                async with (
+                    running_check_scheduler(core.checkback.run_round, core.settings),
+                    _grpc_door(core, authenticator, settings),
+                ):
                     yield
 
     app = FastAPI(
@@ -47,6 +51,20 @@ def create_app(database_url: str, settings: Settings | None = None) -> HotRoutes
     app.include_router(consumers_router)
     app.include_router(checkback_router)
     return HotRoutes(app, max_bytes=settings.max_request_bytes)
+
+
+def _grpc_door(
+    core: Coordinator, authenticator: Authenticator, settings: Settings
+) -> AbstractAsyncContextManager[object]:
+    """The RocketMQ gRPC door, in this process on the same core, when grpc_port is set.
+
+    Imported only then: its protocol modules load the RocketMQ client package.
+    """
+    if settings.grpc_port is None:
+        return nullcontext()
+    from coordinator.grpc.server import running_grpc_door
+
+    return running_grpc_door(core, authenticator, settings)
 
 
 def app_from_environment() -> HotRoutes:

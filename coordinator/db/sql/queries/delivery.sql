@@ -165,6 +165,32 @@ SELECT EXISTS (
 FROM (SELECT 1) AS one
 LEFT JOIN changed ON true;
 
+-- name: bury_delivery
+-- Moves an in-flight delivery to the group's dead letters at the consumer's
+-- request (RocketMQ's ForwardMessageToDeadLetterQueue), by its current
+-- receipt handle. found tells a stale handle (the delivery is still there
+-- under a newer one) from one that is gone.
+WITH buried AS (
+    DELETE FROM deliveries d
+    WHERE d.id = %(delivery_id)s::bigint
+      AND d.consumer_group = %(consumer_group)s::text
+      AND d.receipt_handle = %(receipt_handle)s::text
+    RETURNING d.message_offset, d.consumer_group, d.topic, d.attempts, d.committed_at,
+              d.message_group
+),
+dead AS (
+    INSERT INTO dead_letters (message_offset, consumer_group, topic, attempts, committed_at)
+    SELECT message_offset, consumer_group, topic, attempts, committed_at
+    FROM buried
+    ON CONFLICT (message_offset, consumer_group) DO NOTHING
+)
+SELECT (SELECT count(*) FROM buried) AS buried,
+       EXISTS (
+           SELECT 1 FROM deliveries
+           WHERE id = %(delivery_id)s::bigint AND consumer_group = %(consumer_group)s::text
+       ) AS found,
+       EXISTS (SELECT 1 FROM buried WHERE message_group IS NOT NULL) AS unblocks_message_group;
+
 -- name: notify_consumer_group
 SELECT pg_notify('coordinator_deliveries', %(consumer_group)s::text);
 

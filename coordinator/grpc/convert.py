@@ -1,0 +1,174 @@
+"""RocketMQ's `Message` to the core's `NewMessage`, and stored messages back to `Message`.
+
+What the clients check on a message they get: `body_encoding` IDENTITY (left
+unset, the Python client drops the whole receive), `body_digest` as MD5 in
+upper-case hex (what the proxy sends; Node reads a CRC32 digest as a decimal
+string), and for a received message its `receipt_handle` and
+`delivery_attempt`. Every message goes out on queue 0 of its topic, the
+only queue the route lists.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import math
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from coordinator.config import Settings
+from coordinator.domain.errors import InvalidMessage
+from coordinator.domain.messages import MessageFields, NewMessage
+from coordinator.grpc.status import DoorError
+from coordinator.grpc.stubs import Stubs
+
+# RocketMQ's proxy refuses a longer orphaned-transaction recovery duration.
+MAX_RECOVERY_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    message: NewMessage
+    transactional: bool
+
+
+def seconds_of(duration: Any) -> float:
+    """A protobuf Duration in seconds."""
+    return float(duration.seconds) + duration.nanos / 1e9
+
+
+def duration_of(seconds: float) -> Duration:
+    whole = math.floor(seconds)
+    return Duration(seconds=whole, nanos=int((seconds - whole) * 1e9))
+
+
+def timestamp_of(at: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp
+
+
+def _body(stubs: Stubs, message: Any, settings: Settings) -> bytes:
+    encoding = message.system_properties.body_encoding
+    definition = stubs.definition
+    if encoding in (definition.ENCODING_UNSPECIFIED, definition.IDENTITY):
+        return bytes(message.body)
+    if encoding != definition.GZIP:
+        raise InvalidMessage(f"body encoding {encoding} is not IDENTITY or GZIP")
+    # Bounded: a small compressed body must not unpack into gigabytes.
+    limit = settings.max_body_bytes
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(message.body)) as unpacked:
+            body = unpacked.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as error:
+        raise InvalidMessage(f"the GZIP body does not unpack: {error}") from None
+    if len(body) > limit:
+        raise DoorError(
+            "MESSAGE_BODY_TOO_LARGE",
+            f"the unpacked body is larger than max_body_bytes={limit}",
+        )
+    return body
+
+
+def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
+    """The core's message for a sent RocketMQ message; the producer group is the topic."""
+    definition = stubs.definition
+    properties = message.system_properties
+    kind = properties.message_type
+    if kind not in (definition.NORMAL, definition.FIFO, definition.TRANSACTION):
+        name = definition.MessageType.Name(kind) if kind in _names(definition) else str(kind)
+        raise DoorError(
+            "UNSUPPORTED",
+            f"message type {name} is not supported: send NORMAL, FIFO or TRANSACTION",
+        )
+    transactional = kind == definition.TRANSACTION
+    topic = message.topic.name
+    message_group = properties.message_group if properties.HasField("message_group") else None
+    if kind == definition.FIFO and not message_group:
+        raise DoorError("ILLEGAL_MESSAGE_GROUP", "a FIFO message needs a message group")
+    if properties.HasField("delivery_timestamp"):
+        raise DoorError("UNSUPPORTED", "delayed delivery (delivery_timestamp) is not supported")
+    immunity = None
+    if transactional and properties.HasField("orphaned_transaction_recovery_duration"):
+        seconds = seconds_of(properties.orphaned_transaction_recovery_duration)
+        immunity = min(seconds, MAX_RECOVERY_SECONDS) if seconds > 0 else None
+    return Incoming(
+        NewMessage(
+            topic=topic,
+            body=_body(stubs, message, settings),
+            # RocketMQ 5 has no producer group: the topic stands for it, as in the proxy.
+            producer_group=topic if transactional else None,
+            tags=properties.tag if properties.HasField("tag") else None,
+            keys=tuple(properties.keys),
+            properties=dict(message.user_properties),
+            message_id=properties.message_id or None,
+            check_immunity_seconds=immunity,
+            message_group=message_group,
+        ),
+        transactional=transactional,
+    )
+
+
+def _names(definition: Any) -> set[int]:
+    return {value.number for value in definition.MessageType.DESCRIPTOR.values}
+
+
+def body_digest(stubs: Stubs, body: bytes) -> Any:
+    return stubs.definition.Digest(
+        type=stubs.definition.MD5, checksum=hashlib.md5(body).hexdigest().upper()
+    )
+
+
+def outgoing(
+    stubs: Stubs,
+    fields: MessageFields,
+    *,
+    namespace: str,
+    transactional: bool,
+    receipt_handle: str | None = None,
+    delivery_attempt: int | None = None,
+    invisible_seconds: float | None = None,
+    stored_at: datetime | None = None,
+) -> Any:
+    """A stored message as RocketMQ clients receive it (or are checked back about)."""
+    definition = stubs.definition
+    if transactional:
+        kind = definition.TRANSACTION
+    elif fields.message_group:
+        kind = definition.FIFO
+    else:
+        kind = definition.NORMAL
+    properties = definition.SystemProperties(
+        keys=list(fields.keys),
+        message_id=fields.message_id,
+        body_digest=body_digest(stubs, fields.body),
+        body_encoding=definition.IDENTITY,
+        message_type=kind,
+        born_timestamp=timestamp_of(fields.born_at),
+        queue_id=0,
+        queue_offset=fields.offset,
+    )
+    if fields.tags is not None:
+        properties.tag = fields.tags
+    if fields.message_group is not None:
+        properties.message_group = fields.message_group
+    if receipt_handle is not None:
+        properties.receipt_handle = receipt_handle
+    if delivery_attempt is not None:
+        properties.delivery_attempt = delivery_attempt
+    if invisible_seconds is not None:
+        properties.invisible_duration.CopyFrom(duration_of(invisible_seconds))
+    if stored_at is not None:
+        properties.store_timestamp.CopyFrom(timestamp_of(stored_at))
+    return definition.Message(
+        topic=definition.Resource(resource_namespace=namespace, name=fields.topic),
+        user_properties=dict(fields.properties),
+        system_properties=properties,
+        body=fields.body,
+    )

@@ -1,0 +1,286 @@
+"""A RocketMQ client's Telemetry stream: its Settings, and the check-backs it is sent.
+
+A client opens the stream after its first route lookup and writes its
+Settings on it (again every 300 s). Each Settings is answered with the
+settings echoed, status OK, and what the clients copy from it:
+`publishing.max_body_size` (0 would make every send fail) and for
+producers an exponential `backoff_policy` (the Node client crashes without).
+
+A producer's stream whose Settings announce topic T makes the client a live
+instance of producer group T in the producer registry, under its client id,
+for as long as the stream is open. The stream then long-polls the check-back
+engine for the requests addressed to that instance, exactly as an HTTP
+producer polls, and writes each as a `recover_orphaned_transaction_command`.
+So the same check budget, immunity, discard and expiry rules apply, and while
+no producer of T has a stream open, T's check-backs wait without using up
+their budget (the Python client may take up to ~600 s to announce itself
+again after a coordinator restart). Consumers' streams are never sent one:
+the Python SimpleConsumer's reader dies on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.config import Settings
+from coordinator.core import Coordinator
+from coordinator.core.auth import Authenticator
+from coordinator.domain.access import Principal
+from coordinator.domain.checkback import CheckRequest
+from coordinator.domain.errors import CoordinatorError, DatabaseUnavailable, InvalidMessage
+from coordinator.domain.rules import SUBSCRIBE_ALL, check_instance, check_topic
+from coordinator.grpc import convert
+from coordinator.grpc.status import DoorError, error_status, status
+from coordinator.grpc.stubs import Stubs
+
+log = logging.getLogger(__name__)
+
+# How long one check-back poll of a stream waits. Each poll also refreshes the
+# instance in the registry, so it must come well within producer_ttl_seconds.
+LONGEST_CHECK_POLL_SECONDS = 10.0
+CHECK_REQUESTS_PER_POLL = 32
+# The retry policy handed to producers (RocketMQ's proxy default shape).
+BACKOFF_ATTEMPTS = 3
+BACKOFF_INITIAL_SECONDS = 0.01
+BACKOFF_MAX_SECONDS = 1.0
+BACKOFF_MULTIPLIER = 2.0
+REQUEST_TIMEOUT_SECONDS = 3.0
+
+Subscribe = Callable[[str, str, str, bool | None], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who makes a gRPC request: the token's principal and the client's id header."""
+
+    principal: Principal
+    client_id: str | None
+
+
+class TelemetryDoor:
+    """Every open Telemetry stream of this server, by client id."""
+
+    def __init__(
+        self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
+    ) -> None:
+        self.core = core
+        self.authenticator = authenticator
+        self.settings = settings
+        self.stubs = stubs
+        self.on_subscription: Subscribe | None = None
+        self._streams: dict[str, set[_Stream]] = {}
+        self._cleanups: set[asyncio.Task[None]] = set()
+
+    async def serve(
+        self, request_iterator: AsyncIterator[Any], context: Any, caller: Caller
+    ) -> None:
+        if caller.client_id is None:
+            await context.write(
+                self.stubs.service.TelemetryCommand(
+                    status=status(
+                        self.stubs, "CLIENT_ID_REQUIRED", "send the x-mq-client-id header"
+                    )
+                )
+            )
+            return
+        stream = _Stream(self, context, caller, caller.client_id)
+        self._streams.setdefault(caller.client_id, set()).add(stream)
+        try:
+            async for command in request_iterator:
+                await stream.handle(command)
+        finally:
+            self._closed(stream)
+
+    def _closed(self, stream: _Stream) -> None:
+        streams = self._streams.get(stream.client_id, set())
+        streams.discard(stream)
+        if not streams:
+            self._streams.pop(stream.client_id, None)
+        # The stream's task may be cancelled (the client went away): its
+        # cleanup, which waits for the database, runs on a task of its own.
+        task = asyncio.create_task(stream.close(leave=not streams))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def client_left(self, client_id: str) -> None:
+        """NotifyClientTermination: the client's producer instances leave the registry now."""
+        for stream in list(self._streams.get(client_id, ())):
+            await stream.stop_checks()
+            await stream.leave()
+
+    async def close(self) -> None:
+        for streams in list(self._streams.values()):
+            for stream in list(streams):
+                await stream.stop_checks()
+        if self._cleanups:
+            await asyncio.gather(*self._cleanups, return_exceptions=True)
+
+
+@dataclass(eq=False)
+class _Stream:
+    door: TelemetryDoor
+    context: Any
+    caller: Caller
+    client_id: str
+    topics: set[str] = field(default_factory=set)
+    _checks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _long_poll: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    @property
+    def stubs(self) -> Stubs:
+        return self.door.stubs
+
+    async def write(self, command: Any) -> None:
+        async with self._writing:
+            await self.context.write(command)
+
+    async def handle(self, command: Any) -> None:
+        if command.WhichOneof("command") != "settings":
+            return  # thread stack traces and verify results: nothing asks for them
+        try:
+            await self._settings(command.settings)
+        except CoordinatorError as error:
+            reply = error_status(self.stubs, error)
+        except Exception:
+            log.exception("gRPC Telemetry settings failed")
+            reply = status(self.stubs, "INTERNAL_ERROR", "the coordinator failed on these settings")
+        else:
+            reply = status(self.stubs)
+        await self.write(
+            self.stubs.service.TelemetryCommand(
+                status=reply, settings=self._answer(command.settings)
+            )
+        )
+
+    async def _settings(self, settings: Any) -> None:
+        definition = self.stubs.definition
+        kind = settings.client_type
+        if kind == definition.PRODUCER:
+            await self._producer([topic.name for topic in settings.publishing.topics])
+        elif kind in (definition.SIMPLE_CONSUMER, definition.PUSH_CONSUMER):
+            await self._consumer(settings.subscription)
+        else:
+            raise DoorError(
+                "UNRECOGNIZED_CLIENT_TYPE",
+                "only producers and simple consumers are supported by this coordinator",
+            )
+
+    async def _producer(self, topics: list[str]) -> None:
+        principal = self.caller.principal
+        for topic in topics:
+            try:
+                check_topic(topic)
+            except InvalidMessage as error:
+                raise DoorError("ILLEGAL_TOPIC", error.message) from None
+            principal.require_producer_group(topic)
+            check_instance(topic, self.client_id)
+        new = [topic for topic in topics if topic not in self._checks]
+        if new and not self._checks:
+            # A producer's stream is one long poll of its token for as long
+            # as it is open, like an HTTP producer's check-back poll.
+            self._long_poll.enter_context(self.door.authenticator.limits.long_poll(principal))
+        for topic in new:
+            self.topics.add(topic)
+            self._checks[topic] = asyncio.create_task(
+                self._check_backs(topic), name=f"check-backs {topic} {self.client_id}"
+            )
+
+    async def _consumer(self, subscription: Any) -> None:
+        group = subscription.group.name
+        fifo = subscription.fifo if subscription.HasField("fifo") else None
+        for entry in subscription.subscriptions:
+            expression = entry.expression
+            if expression.type == self.stubs.definition.SQL:
+                raise DoorError(
+                    "ILLEGAL_FILTER_EXPRESSION",
+                    "SQL92 filter expressions are not supported: filter by tag",
+                )
+            topic = entry.topic.name
+            self.caller.principal.require_consume(group, topic)
+            assert self.door.on_subscription is not None
+            await self.door.on_subscription(
+                group, topic, expression.expression.strip() or SUBSCRIBE_ALL, fifo
+            )
+
+    def _answer(self, settings: Any) -> Any:
+        definition = self.stubs.definition
+        answer = definition.Settings()
+        answer.CopyFrom(settings)
+        answer.request_timeout.CopyFrom(convert.duration_of(REQUEST_TIMEOUT_SECONDS))
+        if settings.client_type == definition.PRODUCER:
+            answer.publishing.max_body_size = min(self.door.settings.max_body_bytes, 2**31 - 1)
+            answer.publishing.validate_message_type = True
+            answer.backoff_policy.CopyFrom(
+                definition.RetryPolicy(
+                    max_attempts=BACKOFF_ATTEMPTS,
+                    exponential_backoff=definition.ExponentialBackoff(
+                        initial=convert.duration_of(BACKOFF_INITIAL_SECONDS),
+                        max=convert.duration_of(BACKOFF_MAX_SECONDS),
+                        multiplier=BACKOFF_MULTIPLIER,
+                    ),
+                )
+            )
+        return answer
+
+    # --- check-backs --------------------------------------------------------
+    async def _check_backs(self, topic: str) -> None:
+        settings = self.door.settings
+        wait = min(
+            LONGEST_CHECK_POLL_SECONDS,
+            settings.producer_ttl_seconds / 3,
+            settings.max_long_poll_seconds,
+        )
+        while True:
+            try:
+                requests = await self.door.core.checkback.poll(
+                    topic,
+                    self.client_id,
+                    wait_seconds=wait,
+                    max_requests=CHECK_REQUESTS_PER_POLL,
+                )
+            except DatabaseUnavailable:
+                await asyncio.sleep(1.0)  # the pool reconnects within that
+                continue
+            except CoordinatorError as error:
+                log.warning("check-backs of %s for %s: %s", topic, self.client_id, error.message)
+                await asyncio.sleep(wait)
+                continue
+            for request in requests:
+                await self.write(self._recover(request))
+
+    def _recover(self, request: CheckRequest) -> Any:
+        service = self.stubs.service
+        return service.TelemetryCommand(
+            recover_orphaned_transaction_command=service.RecoverOrphanedTransactionCommand(
+                message=convert.outgoing(self.stubs, request, namespace="", transactional=True),
+                transaction_id=request.transaction_id,
+            )
+        )
+
+    async def stop_checks(self) -> None:
+        tasks = list(self._checks.values())
+        self._checks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._long_poll.close()
+
+    async def leave(self) -> None:
+        for topic in self.topics:
+            try:
+                await self.door.core.checkback.leave(topic, self.client_id)
+            except CoordinatorError as error:
+                # Unreachable database: the instance stops counting as live
+                # after producer_ttl_seconds anyway.
+                log.info("producer %s of %s did not leave: %s", self.client_id, topic, error)
+
+    async def close(self, *, leave: bool) -> None:
+        await self.stop_checks()
+        if leave:
+            await self.leave()
