@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import grpc
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.message_factory import GetMessageClass
 
 from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
 from coordinator.grpc.service import MessagingService
-from coordinator.grpc.stubs import load
+from coordinator.grpc.status import Unreadable
+from coordinator.grpc.stubs import Stubs, load
 
 log = logging.getLogger(__name__)
+
+SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
 
 # Streams get this long to finish at shutdown; then they are cancelled.
 STOP_GRACE_SECONDS = 1.0
@@ -27,6 +33,38 @@ class GrpcPortUnavailable(RuntimeError):
 def listen_address(host: str, port: int) -> str:
     bracketed = f"[{host}]" if ":" in host and not host.startswith("[") else host
     return f"{bracketed}:{port}"
+
+
+def handlers(service: MessagingService, stubs: Stubs) -> grpc.GenericRpcHandler:
+    """The service's RPCs, built from the protocol's descriptor like the generated code does.
+
+    Unlike the generated registration, a request that does not parse is
+    handed to the service as `Unreadable` (answered BAD_REQUEST with a
+    sentence) instead of failing the call with a traceback in the log.
+    """
+    descriptor = stubs.service.DESCRIPTOR.services_by_name[SERVICE_NAME.rsplit(".", 1)[1]]
+    built = {}
+    for method in descriptor.methods:
+        request_type = GetMessageClass(method.input_type)
+        response_type = GetMessageClass(method.output_type)
+        make = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[(method.client_streaming, method.server_streaming)]
+        built[method.name] = make(
+            getattr(service, method.name),
+            request_deserializer=functools.partial(_parse, request_type),
+            response_serializer=response_type.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, built)
+
+
+def _parse(kind: type[Message], data: bytes) -> Message | Unreadable:
+    try:
+        return kind.FromString(data)
+    except DecodeError as error:
+        return Unreadable(f"the request is not a valid {kind.DESCRIPTOR.name}: {error}")
 
 
 @asynccontextmanager
@@ -43,7 +81,7 @@ async def running_grpc_door(
         ]
     )
     service = MessagingService(core, authenticator, settings, stubs, port=settings.grpc_port)
-    stubs.service_grpc.add_MessagingServiceServicer_to_server(service, server)
+    server.add_generic_rpc_handlers((handlers(service, stubs),))
     address = listen_address(settings.host, settings.grpc_port)
     try:
         if settings.tls_cert_file and settings.tls_key_file:

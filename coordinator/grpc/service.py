@@ -48,7 +48,7 @@ from coordinator.domain.rules import (
 )
 from coordinator.domain.states import Resolution
 from coordinator.grpc import convert, credentials
-from coordinator.grpc.status import DoorError, error_status, status
+from coordinator.grpc.status import DoorError, Unreadable, error_status, status
 from coordinator.grpc.stubs import Stubs
 from coordinator.grpc.telemetry import Caller, TelemetryDoor
 
@@ -70,6 +70,8 @@ def _answered(response: str) -> Callable[[Handler], Handler]:
         @functools.wraps(method)
         async def handler(self: MessagingService, request: Any, context: Any) -> Any:
             kind = getattr(self.stubs.service, response)
+            if isinstance(request, Unreadable):
+                return kind(status=error_status(self.stubs, request))
             try:
                 return await method(self, request, context)
             except CoordinatorError as error:
@@ -319,6 +321,8 @@ class MessagingService:
         yield response(delivery_timestamp=convert.timestamp_of(datetime.now(UTC)))
 
     async def _receive(self, request: Any, context: Any) -> tuple[float, list[ReceivedMessage]]:
+        if isinstance(request, Unreadable):
+            raise request
         caller = self.caller(context)
         group = self.group(request.group)
         topic = self.topic(request.message_queue.topic)
@@ -428,6 +432,8 @@ class MessagingService:
         # Not @_answered: the Python client reads the receipt handle before the
         # status, so a refusal still carries one (the handle it sent).
         response = self.stubs.service.ChangeInvisibleDurationResponse
+        if isinstance(request, Unreadable):
+            return response(status=error_status(self.stubs, request))
         try:
             caller = self.caller(context)
             group = self.group(request.group)

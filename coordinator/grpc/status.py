@@ -37,6 +37,13 @@ class DoorError(errors.CoordinatorError):
         self.rocketmq_code = code
 
 
+class Unreadable(DoorError):
+    """A request that does not parse as its protobuf type, handed to the RPC in its place."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("BAD_REQUEST", message)
+
+
 def code_name(error: errors.CoordinatorError) -> str:
     if isinstance(error, DoorError):
         return error.rocketmq_code

@@ -35,7 +35,7 @@ from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.errors import CoordinatorError, DatabaseUnavailable, InvalidMessage
 from coordinator.domain.rules import SUBSCRIBE_ALL, check_instance, check_topic
 from coordinator.grpc import convert
-from coordinator.grpc.status import DoorError, error_status, status
+from coordinator.grpc.status import DoorError, Unreadable, error_status, status
 from coordinator.grpc.stubs import Stubs
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,11 @@ class _Stream:
             await self.context.write(command)
 
     async def handle(self, command: Any) -> None:
+        if isinstance(command, Unreadable):
+            await self.write(
+                self.stubs.service.TelemetryCommand(status=error_status(self.stubs, command))
+            )
+            return
         if command.WhichOneof("command") != "settings":
             return  # thread stack traces and verify results: nothing asks for them
         try:
@@ -181,6 +186,10 @@ class _Stream:
             principal.require_producer_group(topic)
             check_instance(topic, self.client_id)
         new = [topic for topic in topics if topic not in self._checks]
+        for topic in new:
+            # Registered before the answer: once a client has it, its
+            # transactions' check-backs come to this stream.
+            await self.door.core.checkback.heartbeat(topic, self.client_id)
         if new and not self._checks:
             # A producer's stream is one long poll of its token for as long
             # as it is open, like an HTTP producer's check-back poll.

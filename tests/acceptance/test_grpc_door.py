@@ -1,0 +1,440 @@
+"""The RocketMQ gRPC door with the raw protocol stubs: every RPC, its status codes, its checks.
+
+The official clients are driven in test_rocketmq_python.py and
+test_rocketmq_nodejs.py; here each RPC is called the way they call it, and
+the way they never would (bad input, wrong credentials), and the database
+says what was stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import httpx
+import psycopg
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as d
+from rocketmq.grpc_protocol import service_pb2 as s
+
+from coordinator.config import Settings
+from tests.checkback_helpers import check_settings
+from tests.grpc_door import (
+    OK,
+    GrpcDoor,
+    code,
+    consumer_settings,
+    end_request,
+    grpc_door,
+    message,
+    metadata,
+    producer_settings,
+    receive_request,
+    receive_status,
+    received_messages,
+    resource,
+)
+
+TOPIC = "orders"
+GROUP = "billing"
+
+
+@pytest.fixture
+def door(database_url: str) -> Iterator[GrpcDoor]:
+    settings = check_settings(
+        check_scheduler_enabled=True,
+        check_scan_interval_seconds=0.1,
+        transaction_timeout_seconds=0.5,
+        check_interval_seconds=1.0,
+    )
+    with grpc_door(database_url, settings) as door:
+        yield door
+
+
+def _state(db: psycopg.Connection, message_id: str) -> tuple[str, str | None]:
+    row = db.execute(
+        "SELECT state, resolution_source FROM messages WHERE message_id = %s", (message_id,)
+    ).fetchone()
+    assert row is not None, f"message {message_id} is not stored"
+    return row[0], row[1]
+
+
+def _count(db: psycopg.Connection, table: str = "messages") -> int:
+    row = db.execute(f"SELECT count(*) FROM {table}").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_query_route_lists_queue_0_on_the_address_the_client_used(door: GrpcDoor) -> None:
+    endpoints = d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host="127.0.0.1", port=door.port)])
+    answer = door.call(
+        "QueryRoute", s.QueryRouteRequest(topic=resource(TOPIC), endpoints=endpoints)
+    )
+    assert answer.status.code == OK
+    (queue_,) = answer.message_queues
+    assert queue_.id == 0
+    assert queue_.permission == d.READ_WRITE
+    assert queue_.broker.id == 0
+    assert queue_.broker.endpoints == endpoints
+    assert set(queue_.accept_message_types) == {d.NORMAL, d.FIFO, d.TRANSACTION}
+
+    bad = door.call("QueryRoute", s.QueryRouteRequest(topic=resource("no spaces allowed")))
+    assert bad.status.code == code("ILLEGAL_TOPIC")
+    assert "topic" in bad.status.message
+
+
+def test_a_normal_message_is_stored_committed_and_a_resend_is_answered_ok_once(
+    door: GrpcDoor, db: psycopg.Connection
+) -> None:
+    sent = message(TOPIC, b"n1", tag="TagA", keys=["k1"])
+    first = door.send(sent)
+    assert first.status.code == OK
+    (entry,) = first.entries
+    assert entry.message_id == sent.system_properties.message_id
+    assert entry.offset > 0
+    assert entry.transaction_id == ""
+    again = door.send(sent)  # the client's retry after a lost answer
+    assert again.status.code == OK
+    assert again.entries[0].offset == entry.offset
+    assert _state(db, entry.message_id) == ("committed", "client")
+    row = db.execute(
+        "SELECT producer_group, tags, keys FROM messages WHERE message_id = %s",
+        (entry.message_id,),
+    ).fetchone()
+    assert row == (None, "TagA", ["k1"])
+    assert _count(db) == 1
+
+
+def test_a_transaction_commits_and_rolls_back_with_faithful_status_codes(
+    door: GrpcDoor, db: psycopg.Connection
+) -> None:
+    half = door.send(message(TOPIC, b"t1", kind=d.TRANSACTION)).entries[0]
+    assert half.status.code == OK and half.transaction_id
+    assert _state(db, half.message_id) == ("prepared", None)
+    # the producer group is the topic
+    row = db.execute(
+        "SELECT producer_group FROM messages WHERE message_id = %s", (half.message_id,)
+    ).fetchone()
+    assert row == (TOPIC,)
+
+    # resolution 0: what the Python client sends for UNSPECIFIED means unknown
+    unknown = door.call("EndTransaction", end_request(TOPIC, half, 0))
+    assert unknown.status.code == OK
+    assert _state(db, half.message_id) == ("prepared", None)
+
+    committed = door.call("EndTransaction", end_request(TOPIC, half, d.COMMIT))
+    assert committed.status.code == OK
+    assert _state(db, half.message_id) == ("committed", "client")
+    repeat = door.call("EndTransaction", end_request(TOPIC, half, d.COMMIT))
+    assert repeat.status.code == OK  # an idempotent repeat
+    conflict = door.call("EndTransaction", end_request(TOPIC, half, d.ROLLBACK))
+    assert conflict.status.code == code("PRECONDITION_FAILED")
+    assert "committed" in conflict.status.message
+    assert _state(db, half.message_id) == ("committed", "client")
+
+    other = door.send(message(TOPIC, b"t2", kind=d.TRANSACTION)).entries[0]
+    rolled = door.call("EndTransaction", end_request(TOPIC, other, d.ROLLBACK, from_check=True))
+    assert rolled.status.code == OK
+    assert _state(db, other.message_id) == ("rolled_back", "check")
+
+    missing = s.EndTransactionRequest(
+        topic=resource(TOPIC), transaction_id="no-such-transaction", resolution=d.COMMIT
+    )
+    answer = door.call("EndTransaction", missing)
+    assert answer.status.code == code("NOT_FOUND")
+    assert answer.status.message
+    no_id = door.call("EndTransaction", s.EndTransactionRequest(topic=resource(TOPIC)))
+    assert no_id.status.code == code("INVALID_TRANSACTION_ID")
+
+
+def test_the_recovery_duration_becomes_check_immunity_capped_at_an_hour(
+    door: GrpcDoor, db: psycopg.Connection
+) -> None:
+    short = message(TOPIC, kind=d.TRANSACTION)
+    short.system_properties.orphaned_transaction_recovery_duration.FromSeconds(90)
+    long = message(TOPIC, kind=d.TRANSACTION)
+    long.system_properties.orphaned_transaction_recovery_duration.FromSeconds(7200)
+    for sent in (short, long):
+        assert door.send(sent).status.code == OK
+    rows = dict(
+        db.execute("SELECT message_id, extract(epoch FROM check_immunity) FROM messages").fetchall()
+    )
+    assert rows[short.system_properties.message_id] == 90
+    assert rows[long.system_properties.message_id] == 3600
+
+
+@pytest.mark.parametrize(
+    ("build", "expected", "words"),
+    [
+        (lambda: message(TOPIC, kind=d.FIFO), "ILLEGAL_MESSAGE_GROUP", "message group"),
+        (lambda: message(TOPIC, kind=d.DELAY), "UNSUPPORTED", "DELAY"),
+        (lambda: message(TOPIC, kind=d.MESSAGE_TYPE_UNSPECIFIED), "UNSUPPORTED", "type"),
+        (lambda: message("bad topic!"), "ILLEGAL_TOPIC", "topic"),
+        (lambda: message(TOPIC, message_id="spaces are not ids"), "BAD_REQUEST", "message id"),
+        (lambda: message(TOPIC, tag="a||b"), "BAD_REQUEST", "tag"),
+        (lambda: message(TOPIC, b"x" * 2048), "BAD_REQUEST", "body"),
+    ],
+)
+def test_bad_messages_get_a_code_and_a_sentence_and_store_nothing(
+    database_url: str, db: psycopg.Connection, build: Any, expected: str, words: str
+) -> None:
+    with grpc_door(database_url, Settings(database_url=None, max_body_bytes=1024)) as door:
+        answer = door.send(build())
+    assert answer.status.code == code(expected), answer.status
+    assert words.lower() in answer.status.message.lower()
+    assert answer.entries[0].status.code == code(expected)
+    assert _count(db) == 0
+
+
+def test_a_receive_subscribes_filters_by_tag_and_acks(
+    door: GrpcDoor, db: psycopg.Connection
+) -> None:
+    # the first receive makes the subscription; only later commits reach it
+    assert receive_status(door.receive(receive_request(GROUP, TOPIC, "TagA"))).code == code(
+        "MESSAGE_NOT_FOUND"
+    )
+    door.send(message(TOPIC, b"wanted", tag="TagA"))
+    door.send(message(TOPIC, b"filtered out", tag="TagB"))
+    responses = door.receive(receive_request(GROUP, TOPIC, "TagA", wait=3))
+    assert receive_status(responses).code == OK
+    (got,) = received_messages(responses)
+    assert got.body == b"wanted"
+    system = got.system_properties
+    assert system.body_encoding == d.IDENTITY
+    assert system.body_digest.type == d.MD5
+    assert system.body_digest.checksum == hashlib.md5(b"wanted").hexdigest().upper()
+    assert system.delivery_attempt == 1
+    assert system.receipt_handle
+    assert system.tag == "TagA"
+
+    ack = s.AckMessageRequest(
+        group=resource(GROUP),
+        topic=resource(TOPIC),
+        entries=[
+            s.AckMessageEntry(message_id=system.message_id, receipt_handle=system.receipt_handle)
+        ],
+    )
+    assert door.call("AckMessage", ack).status.code == OK
+    again = door.call("AckMessage", ack)
+    assert again.status.code == code("NOT_FOUND")
+    assert _count(db, "deliveries") == 0
+
+
+def test_messages_cross_between_the_http_and_grpc_doors(door: GrpcDoor) -> None:
+    http = httpx.Client(base_url=door.server.url, timeout=30)
+    with http:
+        assert http.put(
+            f"/v1/consumer-groups/http-group/subscriptions/{TOPIC}", json={"expression": "*"}
+        ).status_code in (200, 201)
+        door.receive(receive_request(GROUP, TOPIC))  # subscribes the gRPC group
+        door.send(message(TOPIC, b"from grpc"))
+        sent = http.post("/v1/messages", json={"topic": TOPIC, "body_text": "from http"})
+        assert sent.status_code == 201, sent.text
+
+        bodies = []
+        deadline = time.monotonic() + 10
+        while len(bodies) < 2 and time.monotonic() < deadline:
+            bodies += [
+                m.body
+                for m in received_messages(door.receive(receive_request(GROUP, TOPIC, wait=2)))
+            ]
+        assert sorted(bodies) == [b"from grpc", b"from http"]
+
+        over_http = http.post(
+            "/v1/consumer-groups/http-group/receive", json={"max_messages": 10, "wait_seconds": 2}
+        )
+        assert over_http.status_code == 200, over_http.text
+        texts = sorted(m["body_text"] for m in over_http.json()["messages"])
+        assert texts == ["from grpc", "from http"]
+
+
+def test_change_invisible_duration_redelivers_with_a_higher_attempt_and_dead_letters(
+    door: GrpcDoor, db: psycopg.Connection
+) -> None:
+    door.receive(receive_request(GROUP, TOPIC))
+    door.send(message(TOPIC, b"again"))
+    (first,) = received_messages(door.receive(receive_request(GROUP, TOPIC, wait=3)))
+    change = s.ChangeInvisibleDurationRequest(
+        group=resource(GROUP),
+        topic=resource(TOPIC),
+        receipt_handle=first.system_properties.receipt_handle,
+        message_id=first.system_properties.message_id,
+    )
+    change.invisible_duration.FromMilliseconds(200)
+    changed = door.call("ChangeInvisibleDuration", change)
+    assert changed.status.code == OK
+    assert changed.receipt_handle != first.system_properties.receipt_handle
+    stale = door.call("ChangeInvisibleDuration", change)
+    assert stale.status.code == code("INVALID_RECEIPT_HANDLE")
+    assert stale.receipt_handle  # the Python client reads it before the status
+
+    time.sleep(0.3)
+    (second,) = received_messages(door.receive(receive_request(GROUP, TOPIC, wait=3)))
+    assert second.system_properties.delivery_attempt == 2
+
+    forward = s.ForwardMessageToDeadLetterQueueRequest(
+        group=resource(GROUP),
+        topic=resource(TOPIC),
+        receipt_handle=second.system_properties.receipt_handle,
+        message_id=second.system_properties.message_id,
+        delivery_attempt=2,
+        max_delivery_attempts=2,
+    )
+    assert door.call("ForwardMessageToDeadLetterQueue", forward).status.code == OK
+    assert _count(db, "dead_letters") == 1
+    assert _count(db, "deliveries") == 0
+    gone = door.call("ForwardMessageToDeadLetterQueue", forward)
+    assert gone.status.code == code("NOT_FOUND")
+
+
+class _Stream:
+    """A Telemetry stream: commands written by the test, replies read on a thread."""
+
+    def __init__(self, door: GrpcDoor, client_id: str) -> None:
+        self._outgoing: queue.Queue[Any] = queue.Queue()
+        self.replies: queue.Queue[Any] = queue.Queue()
+        self.call = door.stub.Telemetry(
+            iter(self._outgoing.get, None), metadata=metadata(door.token, client_id)
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            for reply in self.call:
+                self.replies.put(reply)
+        except grpc.RpcError:
+            pass
+
+    def write(self, command: Any) -> None:
+        self._outgoing.put(command)
+
+    def next(self, timeout: float = 10) -> Any:
+        return self.replies.get(timeout=timeout)
+
+    def close(self) -> None:
+        self._outgoing.put(None)
+        self._reader.join(timeout=10)
+
+
+def test_check_backs_go_to_the_producer_stream_that_announced_the_topic(
+    door: GrpcDoor, db: psycopg.Connection
+) -> None:
+    consumer = _Stream(door, "consumer@1")
+    consumer.write(consumer_settings(GROUP, TOPIC))
+    assert consumer.next().status.code == OK
+    producer = _Stream(door, "producer@1")
+    producer.write(producer_settings(TOPIC))
+    reply = producer.next()
+    assert reply.status.code == OK
+    assert reply.settings.publishing.max_body_size > 0
+    assert reply.settings.backoff_policy.WhichOneof("strategy") == "exponential_backoff"
+    try:
+        rows = db.execute("SELECT producer_group, instance_id FROM producers").fetchall()
+        assert rows == [(TOPIC, "producer@1")]
+
+        half = door.send(message(TOPIC, b"orphan", kind=d.TRANSACTION)).entries[0]
+        command = producer.next(timeout=15)
+        recover = command.recover_orphaned_transaction_command
+        assert recover.transaction_id == half.transaction_id
+        assert recover.message.system_properties.message_id == half.message_id
+        assert recover.message.body == b"orphan"
+        assert recover.message.system_properties.body_encoding == d.IDENTITY
+        answer = door.call("EndTransaction", end_request(TOPIC, half, d.COMMIT, from_check=True))
+        assert answer.status.code == OK
+        assert _state(db, half.message_id) == ("committed", "check")
+        assert consumer.replies.empty()  # never a check-back on a consumer's stream
+    finally:
+        producer.close()
+        consumer.close()
+    deadline = time.monotonic() + 10
+    while _count(db, "producers") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _count(db, "producers") == 0  # the instance left with its stream
+
+
+def test_check_backs_wait_for_a_producer_stream_without_using_their_budget(
+    door: GrpcDoor, db: psycopg.Connection
+) -> None:
+    half = door.send(message(TOPIC, kind=d.TRANSACTION)).entries[0]
+    time.sleep(2.5)  # several rounds pass with no producer of the topic
+    row = db.execute(
+        "SELECT state, check_count FROM messages WHERE message_id = %s", (half.message_id,)
+    ).fetchone()
+    assert row == ("prepared", 0)
+    producer = _Stream(door, "late-producer@1")
+    try:
+        producer.write(producer_settings(TOPIC))
+        assert producer.next().status.code == OK
+        command = producer.next(timeout=15)
+        assert command.recover_orphaned_transaction_command.transaction_id == half.transaction_id
+    finally:
+        producer.close()
+
+
+def test_unsupported_rpcs_answer_a_sentence(door: GrpcDoor) -> None:
+    for rpc, request in [
+        ("QueryAssignment", s.QueryAssignmentRequest(topic=resource(TOPIC))),
+        ("UpdateOffset", s.UpdateOffsetRequest()),
+        ("GetOffset", s.GetOffsetRequest()),
+        ("QueryOffset", s.QueryOffsetRequest()),
+        ("RecallMessage", s.RecallMessageRequest()),
+        ("SyncLiteSubscription", s.SyncLiteSubscriptionRequest()),
+    ]:
+        answer = door.call(rpc, request)
+        assert answer.status.code == code("UNSUPPORTED"), rpc
+        assert "not supported" in answer.status.message
+    (pulled,) = list(door.stub.PullMessage(s.PullMessageRequest(), metadata=metadata(), timeout=5))
+    assert pulled.status.code == code("UNSUPPORTED")
+
+
+def test_the_door_checks_tokens_permissions_and_limits_like_http(
+    database_url: str, db: psycopg.Connection, issue_token: Any
+) -> None:
+    producer = issue_token("orders-producer", produce_topics=(TOPIC,), producer_groups=(TOPIC,))
+    admin = issue_token("admin", admin=True)
+    settings = Settings(database_url=None, max_long_polls_per_token=1)
+    with grpc_door(database_url, settings, token=producer) as door:
+        anonymous = door.call(
+            "SendMessage", s.SendMessageRequest(messages=[message(TOPIC)]), metadata=metadata()
+        )
+        assert anonymous.status.code == code("UNAUTHORIZED")
+        assert "token" in anonymous.status.message
+
+        forged = metadata(producer)
+        forged[-1] = ("authorization", forged[-1][1].rsplit("=", 1)[0] + "=00")
+        wrong = door.call(
+            "SendMessage", s.SendMessageRequest(messages=[message(TOPIC)]), metadata=forged
+        )
+        assert wrong.status.code == code("UNAUTHORIZED")
+        assert "secret key" in wrong.status.message
+
+        elsewhere = door.send(message("payments"))
+        assert elsewhere.status.code == code("FORBIDDEN")
+        assert "payments" in elsewhere.status.message
+        assert _count(db) == 0
+
+        half = door.send(message(TOPIC, kind=d.TRANSACTION)).entries[0]
+        assert half.status.code == OK
+        assert door.call("EndTransaction", end_request(TOPIC, half, d.COMMIT)).status.code == OK
+
+        no_consume = door.receive(receive_request(GROUP, TOPIC))
+        assert receive_status(no_consume).code == code("FORBIDDEN")
+
+        # a long poll of the admin token is one of its max_long_polls_per_token
+        admin_door = GrpcDoor(door.server, door.port, admin)
+        waiting = threading.Thread(
+            target=admin_door.receive, args=(receive_request(GROUP, TOPIC, wait=3),)
+        )
+        admin_door.receive(receive_request(GROUP, TOPIC))  # subscribe first
+        waiting.start()
+        time.sleep(1)
+        second = admin_door.receive(receive_request(GROUP, TOPIC, wait=1))
+        waiting.join(timeout=10)
+        admin_door.channel.close()
+        assert receive_status(second).code == code("TOO_MANY_REQUESTS")

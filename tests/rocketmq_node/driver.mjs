@@ -1,0 +1,291 @@
+// Drives the official RocketMQ Node.js client (rocketmq-client-nodejs, pinned
+// in package.json) against a coordinator's gRPC door, for
+// tests/acceptance/test_rocketmq_nodejs.py.
+//
+//   node driver.mjs --endpoint 127.0.0.1:PORT --topic T --group G --scenario S
+//
+// Scenarios:
+//   normal    a normal message: sent, received by a SimpleConsumer, acked
+//   commit    a transactional message: begun, sent, committed, received once
+//   rollback  a transactional message: begun, sent, rolled back, never received
+//   checkback a transactional message left unended: the server's check-back
+//             reaches the producer's checker, which commits it; received once
+//
+// The SimpleConsumer starts first: the coordinator delivers only what is
+// committed after the subscription exists.
+//
+// Every step prints one JSON object on a line of stdout ({"event": ...});
+// the client's own log goes to stderr. Each step is bounded; any failure
+// prints {"event": "error", ...} and exits 1, so the test can say which RPC
+// went wrong instead of waiting for a timeout.
+//
+// The client is loaded from the node_modules next to this file's copy (the
+// test installs the package into a temporary directory and copies this file
+// there), so nothing is installed into the work tree.
+
+import { format, parseArgs } from 'node:util';
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+// CommonJS package: load it with require, whose exports are plain properties.
+const { Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
+const { TransactionResolution } = require(
+  'rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb.js');
+
+const { values: args } = parseArgs({
+  options: {
+    endpoint: { type: 'string' },
+    topic: { type: 'string' },
+    group: { type: 'string' },
+    scenario: { type: 'string' },
+    tag: { type: 'string', default: 'nodejs' },
+    // How long to wait for the expected message (or, for rollback, how long
+    // to watch for one that must never come).
+    'receive-seconds': { type: 'string', default: '30' },
+    // After the expected message is acked: how long to go on receiving, to
+    // see that it is not delivered a second time.
+    'quiet-seconds': { type: 'string', default: '4' },
+    // A bound on each client call (start-up, send, end, shutdown).
+    'step-seconds': { type: 'string', default: '30' },
+  },
+  strict: true,
+});
+
+for (const name of [ 'endpoint', 'topic', 'group', 'scenario' ]) {
+  if (!args[name]) {
+    throw new Error(`--${name} is required`);
+  }
+}
+const SCENARIOS = new Set([ 'normal', 'commit', 'rollback', 'checkback' ]);
+if (!SCENARIOS.has(args.scenario)) {
+  throw new Error(`unknown --scenario ${args.scenario}`);
+}
+const receiveMs = Number(args['receive-seconds']) * 1000;
+const quietMs = Number(args['quiet-seconds']) * 1000;
+const stepMs = Number(args['step-seconds']) * 1000;
+// The long poll of one receive: short, so the loops below check their
+// deadlines often; the client's deadline for a receive is this plus the
+// request timeout.
+const AWAIT_MS = 2000;
+// Generous: the machine running the tests may be busy.
+const REQUEST_TIMEOUT_MS = 10000;
+// Longer than any test's quiet window, so an unacked message would not come
+// back within it by the invisible duration alone.
+const INVISIBLE_MS = 30000;
+
+function emit(event, fields = {}) {
+  process.stdout.write(JSON.stringify({ event, ...fields }) + '\n');
+}
+
+// The client's log, on stderr with a level and a timestamp; by default it
+// would write to ~/logs/rocketmq/.
+function line(level, args) {
+  process.stderr.write(`${new Date().toISOString()} ${level} ${format(...args)}\n`);
+}
+const logger = {
+  info: (...a) => line('INFO', a),
+  warn: (...a) => line('WARN', a),
+  error: (...a) => line('ERROR', a),
+  debug: (...a) => line('DEBUG', a),
+};
+
+class StepError extends Error {
+  constructor(step, cause) {
+    super(`${step}: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.step = step;
+    this.cause = cause;
+  }
+}
+
+// Runs `promise` as the step `step`, failing if it takes longer than `ms`:
+// the client itself waits for some answers (its first Settings reply) forever.
+async function step(name, promise, ms = stepMs) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([ promise, timeout ]);
+  } catch (err) {
+    throw new StepError(name, err);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+function messageFields(view) {
+  return {
+    message_id: view.messageId,
+    topic: view.topic,
+    tag: view.tag ?? null,
+    keys: view.keys,
+    body: view.body.toString('utf8'),
+    properties: Object.fromEntries(view.properties),
+    delivery_attempt: view.deliveryAttempt ?? null,
+    corrupted: view.corrupted === true,
+    has_receipt_handle: Boolean(view.receiptHandle),
+  };
+}
+
+// Receives (and acks) until `done()` says so or `ms` has passed; returns the
+// ids of the messages received, duplicates included.
+async function receiveUntil(consumer, ms, done) {
+  const received = [];
+  const deadline = Date.now() + ms;
+  // At least one receive (one long poll), however short `ms` is.
+  do {
+    const views = await step('receive', consumer.receive(16, INVISIBLE_MS),
+      REQUEST_TIMEOUT_MS + AWAIT_MS + 5000);
+    for (const view of views) {
+      received.push(view.messageId);
+      emit('received', messageFields(view));
+      await step('ack', consumer.ack(view));
+      emit('acked', { message_id: view.messageId });
+    }
+  } while (Date.now() < deadline && !done(received));
+  return received;
+}
+
+// Receives until `messageId` came, then for the quiet window more.
+async function receiveOnce(consumer, messageId) {
+  const received = await receiveUntil(consumer, receiveMs, got => got.includes(messageId));
+  if (!received.includes(messageId)) {
+    emit('not_received', { message_id: messageId, waited_ms: receiveMs });
+    return;
+  }
+  await receiveUntil(consumer, quietMs, () => false);
+}
+
+const checks = [];
+// The checker answers a check-back: the scenario's own outcome; `checkback`
+// commits.
+const checker = {
+  async check(view) {
+    checks.push(view.messageId);
+    const resolution = args.scenario === 'rollback' ?
+      TransactionResolution.ROLLBACK : TransactionResolution.COMMIT;
+    emit('check', {
+      message_id: view.messageId,
+      resolution: resolution === TransactionResolution.COMMIT ? 'commit' : 'rollback',
+    });
+    return resolution;
+  },
+};
+
+function newMessage() {
+  return {
+    topic: args.topic,
+    tag: args.tag,
+    keys: [ `key-${args.scenario}` ],
+    properties: new Map([ [ 'scenario', args.scenario ] ]),
+    body: Buffer.from(`hello from node, ${args.scenario}`),
+  };
+}
+
+async function run(clients) {
+  const common = {
+    endpoints: args.endpoint,
+    namespace: '',
+    requestTimeout: REQUEST_TIMEOUT_MS,
+    logger,
+  };
+  const consumer = new SimpleConsumer({
+    ...common,
+    consumerGroup: args.group,
+    subscriptions: new Map([ [ args.topic, '*' ] ]),
+    awaitDuration: AWAIT_MS,
+  });
+  clients.push(consumer);
+  await step('consumer startup', consumer.startup());
+  emit('consumer_started', { client_id: consumer.clientId });
+
+  const producer = new Producer({ ...common, topics: [ args.topic ], checker });
+  clients.push(producer);
+  await step('producer startup', producer.startup());
+  emit('producer_started', { client_id: producer.clientId });
+
+  const message = newMessage();
+  if (args.scenario === 'normal') {
+    const receipt = await step('send', producer.send(message));
+    emit('sent', { message_id: receipt.messageId, offset: receipt.offset });
+    await receiveOnce(consumer, receipt.messageId);
+    return;
+  }
+
+  const transaction = producer.beginTransaction();
+  const receipt = await step('send', producer.send(message, transaction));
+  emit('sent', {
+    message_id: receipt.messageId,
+    transaction_id: receipt.transactionId,
+    offset: receipt.offset,
+  });
+  if (args.scenario !== 'checkback') {
+    // A half message reaches no consumer: one long poll sees nothing. (Not
+    // for checkback, whose check-back may commit it during that poll.)
+    const early = await receiveUntil(consumer, 1, () => false);
+    emit('before_end', { received: early.length });
+  }
+
+  if (args.scenario === 'commit') {
+    await step('commit', transaction.commit());
+    emit('committed', { message_id: receipt.messageId });
+    await receiveOnce(consumer, receipt.messageId);
+  } else if (args.scenario === 'rollback') {
+    await step('rollback', transaction.rollback());
+    emit('rolled_back', { message_id: receipt.messageId });
+    await receiveUntil(consumer, receiveMs, () => false);
+  } else {
+    // checkback: no end from the producer; the server must ask the checker.
+    await receiveOnce(consumer, receipt.messageId);
+  }
+}
+
+async function shutdown(clients) {
+  // Producer first: its NotifyClientTermination is the one a server routes
+  // check-backs by.
+  for (const client of clients.reverse()) {
+    try {
+      await step('shutdown', client.shutdown(), 15000);
+    } catch (err) {
+      emit('shutdown_error', { client_id: client.clientId, error: String(err) });
+    }
+  }
+}
+
+function causeChain(err) {
+  const chain = [];
+  for (let cause = err?.cause; cause && chain.length < 5; cause = cause.cause) {
+    chain.push(String(cause?.message ?? cause));
+  }
+  return chain;
+}
+
+function errorFields(err) {
+  const cause = err instanceof StepError ? err.cause : err;
+  return {
+    step: err instanceof StepError ? err.step : null,
+    error: String(err?.message ?? err),
+    name: cause?.name ?? null,
+    // ClientException: a RocketMQ status code; gRPC errors: a gRPC status code.
+    code: cause?.code ?? null,
+    details: cause?.details ?? null,
+    // The client wraps what went wrong (a gRPC error, a status) in causes.
+    causes: causeChain(cause),
+  };
+}
+
+const clients = [];
+let exitCode = 0;
+try {
+  await run(clients);
+} catch (err) {
+  emit('error', errorFields(err));
+  logger.error('driver failed: %s', err?.stack ?? err);
+  exitCode = 1;
+}
+await shutdown(clients);
+emit('done', { checks: checks.length, exit: exitCode });
+// gRPC channels and the client's timers would keep the process alive.
+process.exit(exitCode);
