@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import queue
+import ssl
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
 import psycopg
 import pytest
+import trustme
 from rocketmq.grpc_protocol import definition_pb2 as d
 from rocketmq.grpc_protocol import service_pb2 as s
+from rocketmq.grpc_protocol import service_pb2_grpc
 
+from bench.server import free_port, serve_process
 from coordinator.config import Settings
 from tests.checkback_helpers import check_settings
 from tests.grpc_door import (
@@ -39,6 +44,7 @@ from tests.grpc_door import (
     received_messages,
     resource,
 )
+from tests.own_postgres import own_postgres
 
 TOPIC = "orders"
 GROUP = "billing"
@@ -438,3 +444,70 @@ def test_the_door_checks_tokens_permissions_and_limits_like_http(
         waiting.join(timeout=10)
         admin_door.channel.close()
         assert receive_status(second).code == code("TOO_MANY_REQUESTS")
+
+
+@pytest.mark.slow
+def test_serve_grpc_port_serves_the_door_with_tls_when_https_is_on(
+    tmp_path: Path, database_url: str
+) -> None:
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+    issued.private_key_pem.write_to_path(str(key))
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    trusted = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ca.configure_trust(trusted)
+    grpc_port = free_port()
+    with serve_process(
+        cwd=tmp_path,
+        global_args=["--database-url", database_url],
+        serve_args=["--grpc-port", str(grpc_port), "--tls-cert", str(cert), "--tls-key", str(key)],
+        tls=trusted,
+    ) as server:
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
+        with grpc.secure_channel(f"127.0.0.1:{grpc_port}", credentials) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            answer = stub.QueryRoute(
+                s.QueryRouteRequest(topic=resource(TOPIC)), metadata=metadata(), timeout=10
+            )
+            assert answer.status.code == OK
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as plain:
+            stub = service_pb2_grpc.MessagingServiceStub(plain)
+            with pytest.raises(grpc.RpcError):
+                stub.QueryRoute(s.QueryRouteRequest(topic=resource(TOPIC)), timeout=3)
+        server.process.terminate()
+        output = server.process.communicate(timeout=30)[0].decode()
+    assert f"RocketMQ gRPC door on 127.0.0.1:{grpc_port} (TLS)" in output
+
+
+@pytest.mark.slow
+def test_postgres_away_gets_ha_not_available_with_a_sentence_then_recovers(
+    tmp_path: Path,
+) -> None:
+    with own_postgres("coordinator-test-grpc-outage-") as postgres:
+        url = postgres.migrated_database("outage")
+        settings = Settings(database_url=None, pool_timeout_seconds=1.0)
+        with grpc_door(url, settings) as door:
+            stored = door.send(message(TOPIC, b"before", kind=d.TRANSACTION)).entries[0]
+            assert stored.status.code == OK
+            postgres.stop("fast")
+            try:
+                started = time.monotonic()
+                away = door.send(message(TOPIC, b"during"))
+                assert away.status.code == code("HA_NOT_AVAILABLE")
+                assert "PostgreSQL" in away.status.message
+                ended = door.call("EndTransaction", end_request(TOPIC, stored, d.COMMIT))
+                assert ended.status.code == code("HA_NOT_AVAILABLE")
+                assert time.monotonic() - started < 20
+            finally:
+                postgres.start()
+            deadline = time.monotonic() + 20
+            while True:
+                answer = door.call("EndTransaction", end_request(TOPIC, stored, d.COMMIT))
+                if answer.status.code == OK or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert answer.status.code == OK
+        with psycopg.connect(url) as conn:
+            rows = conn.execute("SELECT body, state FROM messages").fetchall()
+    assert rows == [(b"before", "committed")]  # nothing half-stored while it was away
