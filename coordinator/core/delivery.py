@@ -33,7 +33,12 @@ from coordinator.domain.delivery import (
     SubscribeResult,
     Subscription,
 )
-from coordinator.domain.errors import InvalidMessage, NotFound, ReceiptHandleStale
+from coordinator.domain.errors import (
+    CoordinatorError,
+    InvalidMessage,
+    NotFound,
+    ReceiptHandleStale,
+)
 from coordinator.domain.records import record_from_row
 from coordinator.domain.rules import (
     DEAD_LETTERS_PAGE_LIMIT,
@@ -289,15 +294,7 @@ class Delivery:
                 invisible_until=row["visible_at"],
                 delivery_attempt=row["attempts"],
             )
-        if row["found"]:
-            raise ReceiptHandleStale(
-                f"receipt handle {receipt_handle!r} is stale: the message was received again "
-                "(or its invisible duration changed) since it was issued"
-            )
-        raise NotFound(
-            f"consumer group {consumer_group!r} has no unacked message with receipt handle "
-            f"{receipt_handle!r}"
-        )
+        raise _handle_refused(consumer_group, receipt_handle, found=row["found"])
 
     async def dead_letter(self, consumer_group: str, receipt_handle: str) -> None:
         """Move one in-flight message to the group's dead letters now, by its receipt handle."""
@@ -317,15 +314,7 @@ class Delivery:
                 if row["unblocks_message_group"]:
                     await _notify(conn, consumer_group)
                 return
-        if row["found"]:
-            raise ReceiptHandleStale(
-                f"receipt handle {receipt_handle!r} is stale: the message was received again "
-                "(or its invisible duration changed) since it was issued"
-            )
-        raise NotFound(
-            f"consumer group {consumer_group!r} has no unacked message with receipt handle "
-            f"{receipt_handle!r}"
-        )
+        raise _handle_refused(consumer_group, receipt_handle, found=row["found"])
 
     # -- dead letters ---------------------------------------------------------
 
@@ -396,6 +385,19 @@ class Delivery:
         async with self._context.pool.connection() as conn:
             rows = await fetch_all(conn, "consumer_lag", {"consumer_group": consumer_group})
         return [record_from_row(ConsumerLag, row) for row in rows]
+
+
+def _handle_refused(consumer_group: str, receipt_handle: str, *, found: bool) -> CoordinatorError:
+    """Why a receipt handle acted on nothing: stale when its delivery is still there."""
+    if found:
+        return ReceiptHandleStale(
+            f"receipt handle {receipt_handle!r} is stale: the message was received again "
+            "(or its invisible duration changed) since it was issued"
+        )
+    return NotFound(
+        f"consumer group {consumer_group!r} has no unacked message with receipt handle "
+        f"{receipt_handle!r}"
+    )
 
 
 async def _notify(conn: AsyncConnection[Any], consumer_group: str) -> None:

@@ -243,14 +243,17 @@ class MessagingService:
         entries = await asyncio.gather(
             *(self._send_one(caller.principal, message) for message in request.messages)
         )
-        ok = self.stubs.code("OK")
-        if len(entries) == 1:
-            top = entries[0].status
-        elif all(entry.status.code == ok for entry in entries):
-            top = status(self.stubs)
-        else:
-            top = status(self.stubs, "MULTIPLE_RESULTS", "some messages were not stored")
+        top = self._overall(entries, "some messages were not stored")
         return self.stubs.service.SendMessageResponse(status=top, entries=entries)
+
+    def _overall(self, entries: list[Any], some_failed: str) -> Any:
+        """A response's own status: its one entry's, OK for all OK, else MULTIPLE_RESULTS."""
+        if len(entries) == 1:
+            return entries[0].status
+        ok = self.stubs.code("OK")
+        if all(entry.status.code == ok for entry in entries):
+            return status(self.stubs)
+        return status(self.stubs, "MULTIPLE_RESULTS", some_failed)
 
     async def _send_one(self, principal: Principal, message: Any) -> Any:
         entry = self.stubs.service.SendResultEntry
@@ -420,12 +423,7 @@ class MessagingService:
             )
             for entry, result in zip(request.entries, results, strict=True)
         ]
-        if len(entries) == 1:
-            top = entries[0].status
-        elif all(result.outcome is AckOutcome.ACKED for result in results):
-            top = status(self.stubs)
-        else:
-            top = status(self.stubs, "MULTIPLE_RESULTS", "some messages were not acked")
+        top = self._overall(entries, "some messages were not acked")
         return self.stubs.service.AckMessageResponse(status=top, entries=entries)
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
