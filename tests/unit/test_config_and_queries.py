@@ -65,6 +65,7 @@ def test_settings_read_back_from_their_environment(
         check_push_secret=SecretStr("s3cret with spaces & $igns"),
         tls_cert_file=Path("/etc/coordinator/cert.pem"),
         tls_key_file=Path("/etc/coordinator/key.pem"),
+        grpc_port=8081,
     )
     environment = original.to_environment()
     assert environment["COORDINATOR_CHECK_PUSH_SECRET"] == "s3cret with spaces & $igns"
