@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from bench.server import free_port
-from tests.processes import ServeProcess, coordinator_serve, kill_group, stop_group
+from tests.processes import ServeProcess, coordinator_serve, stop_group
 
 pytestmark = pytest.mark.slow
 
@@ -68,19 +69,22 @@ class NodeClient:
 
 
 def _run_bounded(
-    command: list[str], cwd: Path, timeout: float, log: Path
+    command: list[str], cwd: Path, timeout: float, log: Path, output: Path | None = None
 ) -> tuple[int | None, str]:
     """Run `command` in a session of its own; kill its group on timeout.
 
-    Returns the exit code (None on timeout) and the output. The output goes
-    to a file, not a pipe, so a chatty child can never block on it.
+    Returns the exit code (None on timeout) and what it wrote to `log`: its
+    stderr, and its stdout too unless `output` takes that. Both go to files,
+    not pipes, so a chatty child can never block on them.
     """
-    with log.open("wb") as output:
+    with ExitStack() as files:
+        errors = files.enter_context(log.open("wb"))
+        written = files.enter_context(output.open("wb")) if output is not None else errors
         process = subprocess.Popen(
             command,
             cwd=cwd,
-            stdout=output,
-            stderr=subprocess.STDOUT,
+            stdout=written,
+            stderr=errors,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
@@ -90,7 +94,7 @@ def _run_bounded(
         except subprocess.TimeoutExpired:
             code = None
     finally:
-        # npm may leave children (it should not): nothing outlives the call.
+        # npm or the client may leave children: nothing outlives the call.
         stop_group(process)
     return code, log.read_text(errors="replace")
 
@@ -205,28 +209,14 @@ def run_driver(
         "--quiet-seconds",
         str(quiet_seconds),
     ]
-    with log.open("wb") as stderr, events_file.open("wb") as stdout:
-        process = subprocess.Popen(
-            command,
-            cwd=client.directory,
-            stdout=stdout,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    try:
-        try:
-            exit_code: int | None = process.wait(timeout=DRIVER_SECONDS)
-        except subprocess.TimeoutExpired:
-            exit_code = None
-    finally:
-        kill_group(process)
-        process.wait(timeout=30)
+    exit_code, errors = _run_bounded(
+        command, client.directory, DRIVER_SECONDS, log, output=events_file
+    )
     events = []
     for line in events_file.read_text(errors="replace").splitlines():
         if line.strip():
             events.append(json.loads(line))
-    return DriverRun(events, log.read_text(errors="replace"), exit_code, server)
+    return DriverRun(events, errors, exit_code, server)
 
 
 @pytest.fixture
