@@ -140,18 +140,8 @@ def _run_producer(args: argparse.Namespace, output: _Output) -> int:
     # Telemetry stream (what makes it a check-back target) list only the topics
     # it knows when the stream opens.
     producer = Producer(_configuration(args.endpoint), topics=args.topic, checker=Checker())
-    try:
-        producer.startup()
-    except Exception as error:
-        output.write({"event": "start_failed", "error": repr(error)})
+    if not _started(producer, output):
         return 1
-    output.write(
-        {
-            "event": "started",
-            "client_id": producer.client_id,
-            "settings_acknowledged": _settings_acknowledged(producer, 10),
-        }
-    )
     open_transactions: dict[str, Any] = {}
 
     def send(command: dict[str, Any]) -> dict[str, Any]:
@@ -189,6 +179,23 @@ def _run_producer(args: argparse.Namespace, output: _Output) -> int:
     return _serve_commands({"send": send, "end": end, "answer": answer}, producer.shutdown, output)
 
 
+def _started(client: Any, output: _Output) -> bool:
+    """Start a client and report it (with whether the server answered its Settings)."""
+    try:
+        client.startup()
+    except Exception as error:
+        output.write({"event": "start_failed", "error": repr(error)})
+        return False
+    output.write(
+        {
+            "event": "started",
+            "client_id": client.client_id,
+            "settings_acknowledged": _settings_acknowledged(client, 10),
+        }
+    )
+    return True
+
+
 def _run_consumer(args: argparse.Namespace, output: _Output) -> int:
     from rocketmq import FilterExpression, SimpleConsumer
 
@@ -198,18 +205,8 @@ def _run_consumer(args: argparse.Namespace, output: _Output) -> int:
         {args.topic: FilterExpression(args.expression)},
         await_duration=args.await_seconds,
     )
-    try:
-        consumer.startup()
-    except Exception as error:
-        output.write({"event": "start_failed", "error": repr(error)})
+    if not _started(consumer, output):
         return 1
-    output.write(
-        {
-            "event": "started",
-            "client_id": consumer.client_id,
-            "settings_acknowledged": _settings_acknowledged(consumer, 10),
-        }
-    )
     received: dict[str, Any] = {}  # message_id -> the Message last received
 
     def receive(command: dict[str, Any]) -> dict[str, Any]:
