@@ -7,7 +7,9 @@
 Each coordinator figure is printed next to the raw SQL limit measured in the
 same run on the same database (pgbench, same concurrency, no coordinator), as
 a ratio: these machines are shared and noisy, absolute numbers drift between
-runs, ratios much less.
+runs, ratios much less. The single-message rows of both doors (HTTP, and
+gRPC when the grpc extra is installed) also carry the CPU each process spent
+per message (bench/cpu.py).
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ import platform
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
+from importlib.util import find_spec
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from bench.baseline import run_baseline
-from bench.checkback import grow_resolved, run_claim
+from bench.baseline import BaselineResult, run_baseline
+from bench.checkback import ClaimResult, grow_resolved, run_claim
 from bench.consumer_latency import run_consumer_latency
-from bench.database import bench_database
-from bench.http_load import run_batches, run_single
-from bench.server import coordinator_server
+from bench.cpu import CpuMeter, per_message, postmaster_pid
+from bench.database import BenchDatabase, bench_database
+from bench.http_load import LoadResult, run_batches, run_single
+from bench.server import coordinator_process, free_port
 
 console = Console(width=120)
 RESULTS = Path(__file__).parent / "results"
@@ -45,6 +49,14 @@ def main(argv: list[str] | None = None) -> dict:
         default=[16, 64, 96],
         help="producers / pgbench clients; the single-message run is repeated for each "
         "(pgbench needs one connection per client; the embedded server allows 100)",
+    )
+    parser.add_argument(
+        "--grpc-concurrency",
+        type=int,
+        nargs="*",
+        default=[16, 64],
+        help="producers of the gRPC single-message runs, each next to a baseline with as many "
+        "clients (none: no gRPC rows; skipped too without the grpc extra)",
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each throughput run")
     parser.add_argument("--batch-size", type=int, default=200)
@@ -67,23 +79,35 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "settings": {k: str(v) for k, v in vars(args).items()},
     }
+    grpc_concurrency = args.grpc_concurrency if _grpc_installed() else []
     with bench_database(args.database_url) as database:
         report["database"] = "embedded (pgserver)" if database.embedded else "external"
-        baselines = []
-        for clients in args.concurrency:
-            with console.status(f"1/5 baseline: pgbench, the raw SQL limit, {clients} clients ..."):
-                baselines.append(run_baseline(database, clients=clients, seconds=args.seconds))
+        postmaster = postmaster_pid(database.url)
+        baseline_by_clients: dict[int, BaselineResult] = {}
+        # The gRPC rows' concurrencies get a baseline of their own when the
+        # HTTP rows have none with as many clients.
+        for clients in dict.fromkeys([*args.concurrency, *grpc_concurrency]):
+            with console.status(f"1/6 baseline: pgbench, the raw SQL limit, {clients} clients ..."):
+                baseline_by_clients[clients] = run_baseline(
+                    database, clients=clients, seconds=args.seconds
+                )
             console.print(
-                f"baseline, {clients} clients: {baselines[-1].messages_per_second:,.0f} msgs/s"
+                f"baseline, {clients} clients: "
+                f"{baseline_by_clients[clients].messages_per_second:,.0f} msgs/s"
             )
+        baselines = [baseline_by_clients[clients] for clients in args.concurrency]
         baseline = baselines[0]  # the reference for the batch and claim ratios
         report["baseline"] = asdict(baseline)
 
-        with coordinator_server(database.url) as url:
-            singles = []
+        with coordinator_process(database.url) as server:
+            url = server.url
+            meter = CpuMeter(server.process.pid, postmaster, database.url)
+            singles, http_cpu = [], []
             for producers in args.concurrency:
-                with console.status(f"2/5 HTTP, one message per call, {producers} producers ..."):
+                with console.status(f"2/6 HTTP, one message per call, {producers} producers ..."):
+                    before = meter.snapshot()
                     singles.append(run_single(url, concurrency=producers, seconds=args.seconds))
+                    http_cpu.append(per_message(before, meter.snapshot(), singles[-1].messages))
                 console.print(
                     f"single, {producers} producers: {singles[-1].messages_per_second:,.0f} msgs/s"
                 )
@@ -93,13 +117,13 @@ def main(argv: list[str] | None = None) -> dict:
                 {
                     "producers": b.clients,
                     "baseline": asdict(b),
-                    "http_single": _load(s),
+                    "http_single": _load(s) | {"cpu_per_message": cpu},
                     "ratio": round(s.messages_per_second / b.messages_per_second, 3),
                 }
-                for b, s in zip(baselines, singles, strict=True)
+                for b, s, cpu in zip(baselines, singles, http_cpu, strict=True)
             ]
             report["best_single_vs_best_baseline"] = _best_against_best(baselines, singles)
-            with console.status("3/5 coordinator over HTTP, batch API ..."):
+            with console.status("4/6 coordinator over HTTP, batch API ..."):
                 batches = run_batches(
                     url,
                     concurrency=max(1, args.concurrency[0] // 4),
@@ -108,22 +132,27 @@ def main(argv: list[str] | None = None) -> dict:
                 )
             report["http_batch"] = _load(batches)
             console.print(f"batch: {batches.messages_per_second:,.0f} msgs/s")
-            with console.status("4/5 commit-to-consumer latency ..."):
+            with console.status("5/6 commit-to-consumer latency ..."):
                 latency = run_consumer_latency(url, samples=args.latency_samples)
             report["commit_to_consumer"] = _load(latency)
             console.print(f"commit to consumer p99: {latency.percentile(99):.1f} ms")
 
+        grpc_rows = _grpc_rows(database, postmaster, grpc_concurrency, baseline_by_clients, args)
+        report["grpc_single"] = grpc_rows
+        grpc_floor = _grpc_floor(grpc_concurrency, baseline_by_clients, args)
+        report["grpc_floor"] = grpc_floor
+
         claims = []
         for round_no, rows in enumerate((args.resolved_rows, args.resolved_rows * 10), start=1):
-            with console.status(f"5/5 check-back claim: filling {rows:,} resolved rows ...") as s:
+            with console.status(f"6/6 check-back claim: filling {rows:,} resolved rows ...") as s:
                 grow_resolved(
                     database.url,
                     rows,
                     lambda have, s=s, rows=rows: s.update(
-                        f"5/5 check-back claim: {have:,} of {rows:,} resolved rows"
+                        f"6/6 check-back claim: {have:,} of {rows:,} resolved rows"
                     ),
                 )
-                s.update(f"5/5 check-back claim: {args.backlog:,} due among {rows:,} resolved")
+                s.update(f"6/6 check-back claim: {args.backlog:,} due among {rows:,} resolved")
                 claims.append(
                     run_claim(
                         database.url,
@@ -144,11 +173,82 @@ def main(argv: list[str] | None = None) -> dict:
             for c in claims
         ]
 
-    _print_table(report, baselines, singles, batches, latency, claims)
+    _print_table(report, baselines, singles, grpc_rows, grpc_floor, batches, latency, claims)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     console.print(f"written to {args.out}")
     return report
+
+
+def _grpc_installed() -> bool:
+    return find_spec("grpc") is not None and find_spec("rocketmq") is not None
+
+
+def _grpc_rows(
+    database: BenchDatabase,
+    postmaster: int | None,
+    concurrency: list[int],
+    baselines: dict[int, BaselineResult],
+    args: argparse.Namespace,
+) -> list[dict]:
+    """gRPC, one transactional message per call (SendMessage + EndTransaction), on a
+    server of its own started with the gRPC door: the HTTP rows' server runs without it."""
+    if not concurrency:
+        return []
+    from bench.grpc_load import TOPIC, run_grpc_single, subscribe
+
+    rows = []
+    port = free_port()
+    with coordinator_process(database.url, grpc_port=port) as server:
+        subscribe(server.url)
+        meter = CpuMeter(server.process.pid, postmaster, database.url)
+        for producers in concurrency:
+            with console.status(f"3/6 gRPC, one message per call, {producers} producers ..."):
+                before = meter.snapshot()
+                result = run_grpc_single(
+                    f"127.0.0.1:{port}", concurrency=producers, seconds=args.seconds
+                )
+                cpu = per_message(before, meter.snapshot(), result.messages)
+            console.print(
+                f"gRPC single, {producers} producers: {result.messages_per_second:,.0f} msgs/s"
+            )
+            baseline = baselines[producers]
+            rows.append(
+                {
+                    "producers": producers,
+                    "topic": TOPIC,
+                    "baseline": asdict(baseline),
+                    "grpc_single": _load(result) | {"cpu_per_message": cpu},
+                    "ratio": round(result.messages_per_second / baseline.messages_per_second, 3),
+                }
+            )
+    return rows
+
+
+def _grpc_floor(
+    concurrency: list[int], baselines: dict[int, BaselineResult], args: argparse.Namespace
+) -> dict | None:
+    """The same gRPC load against grpc.aio answering constants (bench/grpc_floor.py), at the
+    first gRPC concurrency: what the door costs before the coordinator does anything."""
+    if not concurrency:
+        return None
+    from bench.grpc_floor import floor_server
+    from bench.grpc_load import run_grpc_single
+
+    producers = concurrency[0]
+    status = f"3/6 gRPC floor, constant answers, {producers} producers ..."
+    with console.status(status), floor_server() as (pid, endpoint):
+        meter = CpuMeter(pid, None)
+        before = meter.snapshot()
+        result = run_grpc_single(endpoint, concurrency=producers, seconds=args.seconds)
+        cpu = per_message(before, meter.snapshot(), result.messages)
+    console.print(f"gRPC floor, {producers} producers: {result.messages_per_second:,.0f} msgs/s")
+    baseline = baselines[producers]
+    return {
+        "producers": producers,
+        "floor": _load(result) | {"cpu_per_message": cpu},
+        "ratio": round(result.messages_per_second / baseline.messages_per_second, 3),
+    }
 
 
 def _best_against_best(baselines, singles) -> dict:  # type: ignore[no-untyped-def]
@@ -166,7 +266,7 @@ def _best_against_best(baselines, singles) -> dict:  # type: ignore[no-untyped-d
     }
 
 
-def _load(result) -> dict:  # type: ignore[no-untyped-def]
+def _load(result: LoadResult) -> dict:
     return {
         "messages": result.messages,
         "seconds": round(result.seconds, 3),
@@ -176,7 +276,16 @@ def _load(result) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
-def _print_table(report, baselines, singles, batches, latency, claims) -> None:  # type: ignore[no-untyped-def]
+def _print_table(
+    report: dict,
+    baselines: list[BaselineResult],
+    singles: list[LoadResult],
+    grpc_rows: list[dict],
+    grpc_floor: dict | None,
+    batches: LoadResult,
+    latency: LoadResult,
+    claims: list[ClaimResult],
+) -> None:
     table = Table(title=f"coordinator benchmarks ({report['database']}, {os.cpu_count()} cores)")
     for column in ("measure", "result", "p50", "p99", "vs baseline"):
         table.add_column(column, justify="left" if column == "measure" else "right")
@@ -205,6 +314,33 @@ def _print_table(report, baselines, singles, batches, latency, claims) -> None: 
         "",
         f"{best['ratio']:.2f}x",
     )
+    shown = {baseline.clients for baseline in baselines}
+    for row in grpc_rows:
+        if row["producers"] not in shown:
+            table.add_row(
+                f"baseline: raw SQL (pgbench, {row['producers']} clients)",
+                f"{row['baseline']['messages_per_second']:,.0f} msgs/s",
+                "",
+                "",
+                "1.00x",
+            )
+        grpc = row["grpc_single"]
+        table.add_row(
+            f"gRPC, one message per call ({row['producers']} producers)",
+            f"{grpc['messages_per_second']:,.0f} msgs/s",
+            f"{grpc['p50_ms']:.1f} ms",
+            f"{grpc['p99_ms']:.1f} ms",
+            f"{row['ratio']:.2f}x",
+        )
+    if grpc_floor is not None:
+        floor = grpc_floor["floor"]
+        table.add_row(
+            f"gRPC floor: grpc.aio, constant answers ({grpc_floor['producers']} producers)",
+            f"{floor['messages_per_second']:,.0f} msgs/s",
+            f"{floor['p50_ms']:.1f} ms",
+            f"{floor['p99_ms']:.1f} ms",
+            f"{grpc_floor['ratio']:.2f}x",
+        )
     table.add_row(
         f"HTTP, batch API ({max(1, baselines[0].clients // 4)} producers)",
         f"{batches.messages_per_second:,.0f} msgs/s",

@@ -92,9 +92,19 @@ def serve_process(
 
 
 @contextmanager
-def coordinator_server(database_url: str, *, workers: int = 1, **settings: object) -> Iterator[str]:
-    """A server on `database_url` with COORDINATOR_<NAME> settings; yields its URL."""
+def coordinator_process(
+    database_url: str, *, workers: int = 1, **settings: object
+) -> Iterator[RunningServer]:
+    """A server on `database_url` with COORDINATOR_<NAME> settings (its process too, to
+    measure its CPU)."""
     env = {f"COORDINATOR_{name.upper()}": str(value) for name, value in settings.items()}
     env["COORDINATOR_DATABASE_URL"] = database_url
     with serve_process(env=env, serve_args=["--workers", str(workers)]) as server:
+        yield server
+
+
+@contextmanager
+def coordinator_server(database_url: str, *, workers: int = 1, **settings: object) -> Iterator[str]:
+    """A server on `database_url` with COORDINATOR_<NAME> settings; yields its URL."""
+    with coordinator_process(database_url, workers=workers, **settings) as server:
         yield server.url

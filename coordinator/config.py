@@ -73,8 +73,7 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         le=65535,
-        description="Port of the RocketMQ 5 gRPC door, on the HTTP listen address; "
-        "unset: no gRPC.",
+        description="Port of the RocketMQ 5 gRPC door, on the HTTP listen address; unset: no gRPC.",
     )
 
     transaction_timeout_seconds: float = Field(

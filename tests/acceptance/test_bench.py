@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from bench.grpc_load import TOPIC as GRPC_TOPIC
 from bench.run import main
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_benchmark_runs_every_part_and_writes_json(tmp_path: Path, database_url: str) -> None:
+def test_the_benchmark_runs_every_part_and_writes_json(
+    tmp_path: Path, database_url: str, db: psycopg.Connection
+) -> None:
     out = tmp_path / "result.json"
     main(
         [
             "--database-url", database_url,
             "--concurrency", "4", "8",
+            # 2 has no HTTP row, so it gets a baseline of its own; 4 shares the HTTP row's.
+            "--grpc-concurrency", "2", "4",
             "--seconds", "1",
             "--batch-size", "20",
             "--resolved-rows", "1000",
@@ -46,3 +53,39 @@ def test_the_benchmark_runs_every_part_and_writes_json(tmp_path: Path, database_
     assert [c["resolved_rows"] for c in report["check_claim"]] == [1000, 10000]
     assert all(c["backlog"] == 300 for c in report["check_claim"])
     assert report["claim_time_growth_10x"] > 0
+
+    # gRPC rows: each next to a baseline with as many clients, and what they
+    # counted is what the database holds as committed on the gRPC topic.
+    grpc_rows = report["grpc_single"]
+    assert [row["producers"] for row in grpc_rows] == [2, 4]
+    for row in grpc_rows:
+        assert row["baseline"]["clients"] == row["producers"]
+        assert row["baseline"]["messages_per_second"] > 0
+        run = row["grpc_single"]
+        assert run["messages"] > 0
+        assert run["p99_ms"] >= run["p50_ms"] > 0
+        assert row["ratio"] == pytest.approx(
+            run["messages_per_second"] / row["baseline"]["messages_per_second"], abs=0.002
+        )
+        if sys.platform == "linux":  # read from /proc
+            assert run["cpu_per_message"]["server_us"] > 0
+            assert run["cpu_per_message"]["load_generator_us"] > 0
+            assert "postgres_us" in run["cpu_per_message"]
+    if sys.platform == "linux":
+        assert report["concurrency"][0]["http_single"]["cpu_per_message"]["server_us"] > 0
+    floor = report["grpc_floor"]
+    assert floor["producers"] == 2
+    assert floor["floor"]["messages"] > 0
+    assert floor["ratio"] > 0
+    states = dict(
+        db.execute(
+            "SELECT state, count(*) FROM messages WHERE topic = %s GROUP BY state", (GRPC_TOPIC,)
+        ).fetchall()
+    )
+    # The measured messages plus the warm-up's, every one committed.
+    assert set(states) == {"committed"}
+    assert states["committed"] >= sum(row["grpc_single"]["messages"] for row in grpc_rows)
+    (deliveries,) = db.execute(
+        "SELECT count(*) FROM deliveries WHERE topic = %s", (GRPC_TOPIC,)
+    ).fetchone()
+    assert deliveries == states["committed"], "each commit made one delivery to the subscriber"
