@@ -1,0 +1,67 @@
+"""Programs from Debian's packages that some tests need (Chromium, promtool).
+
+A fresh machine does not have them, and the test command in the README is
+all CI runs, so the tests install what they need themselves: `apt-get
+install` when the program is missing and the tests run as root. When it
+cannot be installed the test fails with a sentence saying why and what to
+install by hand; it is never skipped, since a skip would hide that the
+page or the rules are no longer checked.
+
+One install at a time, machine-wide (a file lock), since apt refuses to run
+twice at once and test sessions may run side by side.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+INSTALL_SECONDS = 600.0
+LOCK = Path("/tmp/coordinator-tests-apt.lock")
+
+
+def debian_program(program: str, package: str) -> str:
+    """The path of `program`, installing Debian's `package` first if it is missing."""
+    found = shutil.which(program)
+    if found:
+        return found
+    if not Path("/usr/bin/apt-get").exists() or os.geteuid() != 0:
+        pytest.fail(
+            f"{program} is needed and not installed: install Debian's {package} package "
+            f"(apt-get install {package}), or run the tests as root so they install it"
+        )
+    with LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = shutil.which(program)  # another session may have installed it meanwhile
+        if found:
+            return found
+        environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for command in (
+            ["apt-get", "update", "-qq"],
+            ["apt-get", "install", "-y", "-qq", package],
+        ):
+            try:
+                done = subprocess.run(
+                    command,
+                    env=environment,
+                    capture_output=True,
+                    text=True,
+                    timeout=INSTALL_SECONDS,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"`{' '.join(command)}` took longer than {INSTALL_SECONDS:.0f} s")
+            if done.returncode != 0:
+                pytest.fail(
+                    f"`{' '.join(command)}` failed ({done.returncode}): "
+                    f"{(done.stderr or done.stdout).strip()[-2000:]}"
+                )
+    found = shutil.which(program)
+    if not found:
+        pytest.fail(f"Debian's {package} package was installed but {program} is not on PATH")
+    return found
