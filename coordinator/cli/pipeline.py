@@ -1,24 +1,30 @@
 """`coordinator pipeline report | archive | audit`: the Spark jobs.
 
-Exit codes a scheduler can act on:
+Exit codes a scheduler can act on, each failure one sentence on stderr:
   0  done (audit: no inconsistency)
-  1  the job failed (Spark or file system error); rerunning is safe
-  2  bad usage (a flag's value)
+  1  the job failed (Spark or file system error), or the 'pipeline' extra is
+     missing; rerunning is safe
+  2  bad usage (a flag's value, an audit table or condition that is not SQL)
   4  refused: another archive run holds the database's archive lock
-  5  a database cannot be reached
+  5  a database cannot be reached (by the command or by a Spark task)
   6  audit: inconsistencies found (listed, and written to Parquet)
   7  archive: the Parquet copy did not verify; nothing was deleted, rerun copies again
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
+import psycopg.errors
 import typer
+from psycopg.conninfo import conninfo_to_dict
 from rich.console import Console
 from rich.table import Table
 
@@ -51,6 +57,23 @@ EXIT_FAILED = 1
 EXIT_INCONSISTENT = 6
 EXIT_NOT_VERIFIED = 7
 LOG_WIDTH = 160
+
+INSTALL_EXTRA = "pip install 'coordinator[pipeline]'"
+# Everything a job imports (pyspark, pyarrow, matplotlib), loaded up front so
+# a missing library is named before a database is started or Spark is.
+JOB_MODULES = (
+    "coordinator.pipeline.session",
+    "coordinator.pipeline.progress",
+    "coordinator.pipeline.report",
+    "coordinator.pipeline.archive",
+    "coordinator.pipeline.audit",
+)
+# SQLSTATE classes of a database out of reach: connection exceptions, and a
+# server shutting down or starting (57P01..57P05; 57014, a cancelled query, is not).
+UNREACHABLE_SQLSTATES = ("08", "57P")
+_TRACEBACK = "Traceback (most recent call last):"
+_WORKER_ERROR = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$", re.MULTILINE)
+_PY4J_PREAMBLE = ("An error occurred while calling", "An exception was thrown from the Python")
 
 T = TypeVar("T")
 
@@ -87,49 +110,124 @@ PARTITIONS_OPTION = typer.Option(
 )
 
 
+def _fail(message: str, code: int) -> typer.Exit:
+    """fail() with the message on one line: Spark's and libpq's messages span several."""
+    return fail(" ".join(message.split()), code)
+
+
 def _usage(value: str, parse: Callable[[str], T]) -> T:
     try:
         return parse(value)
     except ValueError as error:
-        raise fail(str(error), EXIT_USAGE) from None
+        raise _fail(str(error), EXIT_USAGE) from None
 
 
 def _partitions(spark: SparkSession, requested: int | None) -> int:
     return requested or 2 * spark.sparkContext.defaultParallelism
 
 
+def _require_extra() -> None:
+    """Before any other work: the jobs' libraries are installed, else the command to get them."""
+    try:
+        for module in JOB_MODULES:
+            importlib.import_module(module)
+    except ImportError as error:
+        missing = error.name or str(error)
+        raise _fail(
+            f"the pipeline needs the 'pipeline' extra ({missing} is missing): {INSTALL_EXTRA}",
+            EXIT_FAILED,
+        ) from None
+
+
+def _producer_url(given: str | None, default: str) -> str:
+    """--producer-database-url as psycopg takes it; a string libpq cannot parse is bad usage."""
+    if given is None:
+        return default
+    url = libpq_url(given)
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        raise _fail(
+            f"--producer-database-url is not a PostgreSQL URL: {redact(str(error))}", EXIT_USAGE
+        ) from None
+    return url
+
+
+def _spark_log_level() -> str:
+    # A failed job is reported in one sentence; Spark's own log of it (stack
+    # traces of every failed task) is for -v.
+    return "WARN" if logging.getLogger().isEnabledFor(logging.INFO) else "OFF"
+
+
 def _run_job(master: str | None, conf: list[str] | None, job: Callable[[SparkSession], T]) -> T:
     """Run a job in a Spark session; its failures become a sentence and an exit code."""
     settings = _usage(",".join(conf or []), lambda _: parse_conf(conf))
+    from coordinator.pipeline.archive import ArchiveBusy, ArchiveError, ArchiveNotVerified
+    from coordinator.pipeline.audit import ProducerTableError
+    from coordinator.pipeline.session import spark_session
+
     try:
-        from coordinator.pipeline.archive import ArchiveBusy, ArchiveError, ArchiveNotVerified
-        from coordinator.pipeline.audit import ProducerTableError
-        from coordinator.pipeline.session import spark_session
-    except ImportError as error:
-        raise fail(
-            f"the pipeline needs the 'pipeline' extra ({error.name} is missing): "
-            "pip install 'coordinator[pipeline]'",
-            EXIT_FAILED,
-        ) from None
-    try:
-        with spark_session(master, settings) as spark:
+        with spark_session(master, settings, log_level=_spark_log_level()) as spark:
             return job(spark)
     except ArchiveBusy as error:
-        raise fail(str(error), EXIT_REFUSED) from None
+        raise _fail(str(error), EXIT_REFUSED) from None
     except ArchiveNotVerified as error:
-        raise fail(str(error), EXIT_NOT_VERIFIED) from None
+        raise _fail(str(error), EXIT_NOT_VERIFIED) from None
     except ArchiveError as error:
-        raise fail(str(error), EXIT_FAILED) from None
+        raise _fail(str(error), EXIT_FAILED) from None
     except ProducerTableError as error:
-        raise fail(str(error), EXIT_USAGE) from None
-    except psycopg.OperationalError as error:
-        raise fail(f"cannot reach a database: {error}", EXIT_UNAVAILABLE) from None
+        raise _fail(str(error), EXIT_USAGE) from None
+    except psycopg.Error as error:
+        reason = _first_line(str(error))
+        if isinstance(error, psycopg.OperationalError) and _unreachable(error.sqlstate):
+            raise _fail(f"cannot reach a database: {reason}", EXIT_UNAVAILABLE) from None
+        raise _fail(_job_failed(type(error).__name__, reason), EXIT_FAILED) from None
     except (typer.Exit, KeyboardInterrupt):
         raise
     except Exception as error:  # Spark, file system: the job failed, a rerun is safe
-        if "psycopg.OperationalError" in str(error):  # raised in a Spark task
-            raise fail(f"a database connection failed: {error}", EXIT_UNAVAILABLE) from None
-        raise fail(f"{type(error).__name__}: {error}", EXIT_FAILED) from None
+        raise _spark_failure(error) from None
+
+
+def _unreachable(sqlstate: str | None) -> bool:
+    """A connection that failed or was lost (no SQLSTATE), or a server going away."""
+    return sqlstate is None or sqlstate.startswith(UNREACHABLE_SQLSTATES)
+
+
+def _spark_failure(error: Exception) -> typer.Exit:
+    """A failure Spark reports: one line of it, exit 5 if a task could not reach a database."""
+    text = str(error)
+    # An error raised in a Python worker (a Spark task, the data source)
+    # reaches the driver as the worker's traceback text: its first line that
+    # is not indented is the exception's type and message.
+    _, traceback, raised_in_worker = text.partition(_TRACEBACK)
+    raised = _WORKER_ERROR.search(raised_in_worker) if traceback else None
+    if raised is None:
+        return _fail(_job_failed(type(error).__name__, _first_line(text), spark=True), EXIT_FAILED)
+    module, _, name = raised.group(1).rpartition(".")
+    message = raised.group(2) or "no message"
+    if module.split(".")[0] == "psycopg":
+        kind = getattr(psycopg.errors, name, None)
+        if (
+            isinstance(kind, type)
+            and issubclass(kind, psycopg.OperationalError)
+            and _unreachable(kind.sqlstate)
+        ):
+            return _fail(f"a Spark task cannot reach a database: {message}", EXIT_UNAVAILABLE)
+    return _fail(_job_failed(name, message, spark=True), EXIT_FAILED)
+
+
+def _job_failed(kind: str, message: str, *, spark: bool = False) -> str:
+    hint = ", -v shows Spark's log" if spark and _spark_log_level() == "OFF" else ""
+    return f"the job failed ({kind}: {message}); rerunning is safe{hint}"
+
+
+def _first_line(text: str) -> str:
+    """The first line that says something (py4j's own lines only name a Java method)."""
+    for line in text.splitlines():
+        line = line.strip().removeprefix(": ")
+        if line and not line.startswith(_PY4J_PREAMBLE):
+            return line
+    return text.strip()
 
 
 def _out() -> Console:
@@ -158,6 +256,7 @@ def report(
 ) -> None:
     """Lifecycle figures per producer group, topic and hour: Parquet, charts, HTML."""
     moment = _usage(as_of, parse_moment) if as_of else None
+    _require_extra()
     url = ready_url(ctx)
 
     def job(spark: SparkSession) -> ReportResult:
@@ -222,7 +321,8 @@ def archive(
     """Copy resolved messages and their history to Parquet, verify, delete from PostgreSQL."""
     age = _usage(older_than, parse_duration)
     if age <= timedelta(0):
-        raise fail("--older-than must be positive", EXIT_USAGE)
+        raise _fail("--older-than must be positive", EXIT_USAGE)
+    _require_extra()
     url = ready_url(ctx)
 
     def job(spark: SparkSession) -> list[RunManifest]:
@@ -311,8 +411,9 @@ def audit(
     threshold = _usage(pending_longer_than, parse_duration)
     moment = _usage(as_of, parse_moment) if as_of else None
     _usage(match_on, parse_match_on)
+    _require_extra()
     url = ready_url(ctx)
-    producer_url = libpq_url(producer_database_url) if producer_database_url else url
+    producer_url = _producer_url(producer_database_url, default=url)
 
     def job(spark: SparkSession) -> AuditResult:
         from coordinator.pipeline.audit import AuditOptions, ProducerTable, run_audit

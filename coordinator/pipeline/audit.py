@@ -34,6 +34,7 @@ from psycopg import sql
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from coordinator.db.urls import redact
 from coordinator.pipeline.barrier import (
     BARRIER_KEY,
     BARRIER_TABLE,
@@ -149,7 +150,7 @@ def _messages(spark: SparkSession, url: str, options: AuditOptions) -> DataFrame
 
 
 class ProducerTableError(ValueError):
-    """The producer table, key or condition does not work as SQL."""
+    """The producer database URL, table, key or condition is not valid."""
 
 
 def check_producer_table(producer: ProducerTable) -> None:
@@ -157,13 +158,21 @@ def check_producer_table(producer: ProducerTable) -> None:
 
     psycopg.OperationalError (cannot connect) passes through as it is.
     """
-    with psycopg.connect(producer.url) as conn:
+    try:
+        conn = psycopg.connect(producer.url)
+    except psycopg.ProgrammingError as error:  # a URL libpq refuses (connect_timeout=soon)
+        reason = redact(str(error).strip())
+        raise ProducerTableError(f"the producer database URL is not valid: {reason}") from None
+    with conn:
         try:
             conn.execute(f"SELECT * FROM ({producer.query()}) AS q LIMIT 0")
         except psycopg.ProgrammingError as error:
+            # The primary message only: the rest is a multi-line pointer into
+            # SQL the user did not write.
+            reason = error.diag.message_primary or str(error).strip()
             raise ProducerTableError(
                 f"cannot read {producer.table}.{producer.key} where "
-                f"{producer.condition()!r}: {str(error).strip()}"
+                f"{producer.condition()!r}: {reason}"
             ) from None
 
 

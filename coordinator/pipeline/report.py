@@ -45,21 +45,6 @@ from coordinator.pipeline.tables import (
 )
 
 CHART_GROUPS = 15  # the busiest producer group / topic pairs in per-group charts
-TOTAL_COLUMNS = (
-    "producer_group",
-    "topic",
-    "messages",
-    *STATES,
-    "latency_p50_s",
-    "latency_p90_s",
-    "latency_p99_s",
-    "checked",
-    "check_count_max",
-    "discard_rate",
-    "expiry_rate",
-    "pending_age_max_s",
-)
-LAG_COLUMNS = ("consumer_group", "topic", "lag", "in_flight", "dead_letters", "oldest_pending_at")
 
 
 @dataclass(frozen=True)
@@ -112,7 +97,7 @@ def _write(rows: DataFrame, path: Path) -> None:
 
 
 def _label(row: dict[str, Any]) -> str:
-    return f"{row['producer_group']} / {row['topic']}"
+    return charts.row_label(row["producer_group"], row["topic"])
 
 
 def _draw_charts(
@@ -185,7 +170,7 @@ def _draw_charts(
             (
                 "Consumer lag",
                 charts.consumer_lag(
-                    [f"{r['consumer_group']} / {r['topic']}" for r in shown],
+                    [charts.row_label(r["consumer_group"], r["topic"]) for r in shown],
                     [r["lag"] for r in shown],
                     [r["dead_letters"] for r in shown],
                     out / "consumer_lag.png",
@@ -272,9 +257,7 @@ def run_report(
             headline=headline,
             charts=drawn,
             totals=totals,
-            total_columns=TOTAL_COLUMNS,
             lag=lag,
-            lag_columns=LAG_COLUMNS,
             datasets=datasets,
             relative_to=out,
         )

@@ -66,7 +66,10 @@ def use_this_python() -> None:
 
 
 def build_session(
-    master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "coordinator"
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "coordinator",
+    log_level: str = "WARN",
 ) -> SparkSession:
     from pyspark.sql import SparkSession
 
@@ -80,14 +83,17 @@ def build_session(
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(log_level)
     register(spark)
     return spark
 
 
 @contextmanager
 def spark_session(
-    master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "coordinator"
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "coordinator",
+    log_level: str = "WARN",
 ) -> Iterator[SparkSession]:
     """A session for one job; stopped afterwards unless it was already running."""
     from pyspark.sql import SparkSession
@@ -95,7 +101,7 @@ def spark_session(
     already_running = SparkSession.getActiveSession() is not None
     # On a running session (tests, notebooks) getOrCreate applies the runtime
     # SQL settings (time zone, partition types) and the session is kept.
-    spark = build_session(master, conf, app_name)
+    spark = build_session(master, conf, app_name, log_level)
     try:
         yield spark
     finally:

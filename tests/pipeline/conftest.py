@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -23,3 +24,24 @@ def spark() -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+    _stop_the_jvm()
+
+
+def _stop_the_jvm() -> None:
+    """End Spark's JVM with the tests: session.stop() leaves it running until
+    this process exits."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    gateway.shutdown()
+    jvm = gateway.proc
+    jvm.stdin.close()  # the JVM exits when its stdin ends (pyspark's java_gateway.py)
+    try:
+        jvm.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        jvm.kill()
+        jvm.wait()
+    SparkContext._gateway = None
+    SparkContext._jvm = None

@@ -5,19 +5,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
+import typer
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 import coordinator.pipeline.__main__ as pipeline_main
 from coordinator.cli import app
+from coordinator.cli.pipeline import _run_job
+from coordinator.pipeline.source import FORMAT
 from tests.pipeline.data import add_message
 
 runner = CliRunner()
+UNREACHABLE = "postgresql://x@127.0.0.1:1/db"
 
 BARRIER = (
     "CREATE TABLE coordinator_barrier (transaction_id text PRIMARY KEY, outcome text NOT NULL, "
@@ -87,6 +92,12 @@ def test_report_archive_and_audit_from_the_command_line(
         ("audit", "--as-of", "yesterday"),
         ("audit", "--table", "no_such_table"),
         ("audit", "--committed-when", "no_such_column = 1"),
+        ("audit", "--producer-database-url", "mysql://shop:secret@127.0.0.1/shop"),
+        (
+            "audit",
+            "--producer-database-url",
+            "postgresql://shop@127.0.0.1:1/shop?connect_timeout=soon",
+        ),
     ],
 )
 def test_bad_flag_values_exit_2(
@@ -94,6 +105,8 @@ def test_bad_flag_values_exit_2(
 ) -> None:
     result = invoke(database_url, *args)
     assert result.exit_code == 2, result.output
+    (line,) = result.output.splitlines()  # one sentence, never a traceback or SQL excerpt
+    assert line.startswith("error: ") and "secret" not in line
 
 
 def test_a_busy_archive_exits_4(spark: SparkSession, database_url: str, tmp_path: Path) -> None:
@@ -117,6 +130,54 @@ def test_an_unreachable_producer_database_exits_5(
         str(tmp_path),
     )
     assert result.exit_code == 5, result.output
+    (line,) = result.output.splitlines()
+    assert line.startswith("error: cannot reach a database: ") and "/nonexistent" in line
+
+
+def _read_unreachable(with_schema: bool) -> Callable[[SparkSession], int]:
+    def job(session: SparkSession) -> int:
+        # Without a schema the data source asks the database for one when the
+        # query is planned; with one, the first contact is in the tasks.
+        reader = session.read.format(FORMAT).schema("id long") if with_schema else None
+        reader = reader or session.read.format(FORMAT)
+        return reader.option("url", UNREACHABLE).option("query", "SELECT 1 AS id").load().count()
+
+    return job
+
+
+@pytest.mark.parametrize("with_schema", [False, True], ids=["planning", "tasks"])
+def test_a_database_spark_cannot_reach_exits_5_with_one_sentence(
+    spark: SparkSession, capsys: pytest.CaptureFixture[str], with_schema: bool
+) -> None:
+    with pytest.raises(typer.Exit) as stopped:
+        _run_job(None, None, _read_unreachable(with_schema))
+    assert stopped.value.exit_code == 5
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "error: a Spark task cannot reach a database: connection failed: connection to server "
+        'at "127.0.0.1", port 1 failed: Connection refused'
+    )
+
+
+def test_a_failed_spark_job_exits_1_with_one_sentence(
+    spark: SparkSession, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with pytest.raises(typer.Exit) as stopped:
+        _run_job(None, None, lambda session: session.read.parquet(str(tmp_path / "none")).count())
+    assert stopped.value.exit_code == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: the job failed (AnalysisException: [PATH_NOT_FOUND] Path ")
+    assert line.endswith("rerunning is safe, -v shows Spark's log")
+
+    def fails_in_a_task(session: SparkSession) -> list[int]:
+        numbers = session.sparkContext.parallelize([1, 2], 2)
+        return numbers.map(lambda n: [][n]).collect()
+
+    with pytest.raises(typer.Exit) as stopped:
+        _run_job(None, None, fails_in_a_task)
+    assert stopped.value.exit_code == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: the job failed (IndexError: list index out of range); ")
 
 
 @pytest.mark.slow
