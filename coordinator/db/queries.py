@@ -18,7 +18,16 @@ from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor
 from psycopg.rows import DictRow
 
 _NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-QUERY_FILES = ("session", "messages", "ending", "checkback", "delivery", "pipeline", "tokens")
+QUERY_FILES = (
+    "session",
+    "messages",
+    "ending",
+    "checkback",
+    "delivery",
+    "pipeline",
+    "tokens",
+    "status",
+)
 
 
 def parse_queries(source: str) -> dict[str, str]:

@@ -111,4 +111,4 @@ def test_bad_names_are_refused(database_url: str) -> None:
 def test_status_shows_consumer_lag(database_url: str, dead_letters: list[DeadLetter]) -> None:
     result = invoke(database_url, "status")
     assert result.exit_code == 0, result.output
-    assert "Consumer lag" in result.output and CONSUMERS in result.output
+    assert "Consumer groups" in result.output and CONSUMERS in result.output

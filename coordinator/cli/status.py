@@ -1,0 +1,319 @@
+"""`coordinator status`: the status page's figures in the terminal, once or live (--watch).
+
+The same overview as GET /v1/overview (core/overview.py): half messages
+pending by age and the oldest of them, resolutions per minute, check-backs
+per producer group, live producers, and per consumer group the lag, in
+flight and dead letters. `--json` prints the endpoint's JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+
+import typer
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from coordinator.cli.common import JSON_OPTION, console, open_core, print_json, run_async
+from coordinator.cli.tables import Column, fitted
+from coordinator.core import Coordinator
+from coordinator.domain.overview import MAX_MINUTES, MinuteCounts, Overview
+from coordinator.http.overview_schemas import OverviewOut
+
+SPARKS = " ▁▂▃▄▅▆▇█"
+BAR = "█"
+STATE_STYLES = {
+    "committed": "green",
+    "rolled_back": "bright_black",
+    "discarded": "yellow",
+    "expired": "red",
+    "by_check": "blue",
+}
+STATE_NAMES = {
+    "committed": "committed",
+    "rolled_back": "rolled back",
+    "discarded": "discarded",
+    "expired": "expired",
+    "by_check": "answered by check-back",
+}
+
+
+def age(delta: timedelta | float | None) -> str:
+    if delta is None:
+        return "-"
+    seconds = int(delta.total_seconds() if isinstance(delta, timedelta) else delta)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{seconds:02d}s"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def _times(count: int) -> str:
+    return {0: "never", 1: "once"}.get(count, f"{count} times")
+
+
+def sparkline(values: Sequence[int], top: int) -> str:
+    """One character per value, its height proportional to `top`; nothing at all for 0."""
+    if top <= 0:
+        return " " * len(values)
+    steps = len(SPARKS) - 1
+    return "".join(SPARKS[0 if v == 0 else max(1, round(v / top * steps))] for v in values)
+
+
+def _rates(minutes: Sequence[MinuteCounts]) -> RenderableType:
+    table = Table(
+        title=f"Resolutions per minute, last {len(minutes)} min (the last one still filling)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
+    table.add_column("")
+    span = f"{minutes[0].minute.astimezone():%H:%M} .. {minutes[-1].minute.astimezone():%H:%M}"
+    table.add_column(span if len(span) <= len(minutes) else "", no_wrap=True)
+    table.add_column("in window", justify="right")
+    table.add_column("last full min", justify="right")
+    top = max((getattr(m, key) for m in minutes for key in STATE_STYLES), default=0)
+    for key, style in STATE_STYLES.items():
+        values = [getattr(m, key) for m in minutes]
+        table.add_row(
+            Text(STATE_NAMES[key], style=style),
+            Text(sparkline(values, top), style=style),
+            f"{sum(values):,}",
+            f"{values[-2]:,}" if len(values) > 1 else "-",
+        )
+    return table
+
+
+def _ages(overview: Overview, width: int) -> RenderableType:
+    table = Table(
+        title="Half messages still prepared, by age", title_justify="left", box=None, pad_edge=False
+    )
+    table.add_column("age", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    table.add_column("messages", justify="right")
+    most = max((b.messages for b in overview.age_buckets), default=0)
+    room = max(10, min(50, width - 40))
+    for index, bucket in enumerate(overview.age_buckets):
+        length = round(bucket.messages / most * room) if most else 0
+        bar = BAR * max(length, 1 if bucket.messages else 0)
+        table.add_row(
+            bucket.label,
+            Text(bar, style="yellow" if index >= 3 else "blue"),
+            f"{bucket.messages:,}",
+        )
+    return table
+
+
+def render(overview: Overview, *, width: int, footer: str = "") -> RenderableType:
+    """Everything the status page shows, as one renderable for `width` columns."""
+    lag = sum(c.lag for c in overview.consumers)
+    capped = "+" if any(c.lag_capped for c in overview.consumers) else ""
+    full_minute = overview.minutes[-2].committed if len(overview.minutes) > 1 else None
+    summary = Text.assemble(
+        ("coordinator status", "bold"),
+        f"  as of {overview.at.astimezone():%H:%M:%S}   ",
+        (f"{overview.pending:,}", "bold"),
+        " pending   oldest ",
+        (age(overview.oldest_age), "bold"),
+        "   commits last full minute ",
+        ("-" if full_minute is None else f"{full_minute:,}", "bold"),
+        "   consumer lag ",
+        (f"{lag:,}{capped}", "bold"),
+        "   dead letters ",
+        (f"{sum(c.dead_letters for c in overview.consumers):,}", "bold"),
+        "   producers live ",
+        (f"{sum(p.live for p in overview.producers):,}", "bold"),
+    )
+    parts: list[RenderableType] = [summary, Text("")]
+    if overview.minutes:
+        parts += [_rates(overview.minutes), Text("")]
+    parts += [_ages(overview, width), Text("")]
+    if overview.oldest:
+        first = overview.oldest[0]
+        parts.append(
+            Text(
+                f"{overview.pending:,} pending; oldest: transaction {first.transaction_id} "
+                f"({first.producer_group} -> {first.topic}), age {age(first.age)}, "
+                f"checked {_times(first.check_count)}"
+            )
+        )
+        parts.append(
+            fitted(
+                "Oldest pending",
+                [
+                    Column("transaction id", whole=True),
+                    Column("producer group", whole=True),
+                    Column("topic", whole=True),
+                    Column("age", right=True),
+                    Column("checks", right=True),
+                    Column("last check"),
+                ],
+                [
+                    [
+                        m.transaction_id,
+                        m.producer_group,
+                        m.topic,
+                        age(m.age),
+                        str(m.check_count),
+                        (m.check_status.value.replace("_", " ") if m.check_status else "not yet")
+                        + (f": {m.check_detail}" if m.check_detail else ""),
+                    ]
+                    for m in overview.oldest
+                ],
+                width,
+            )
+        )
+    else:
+        parts.append(Text("No pending transactions."))
+    if overview.check_backs:
+        parts.append(
+            fitted(
+                "Check-backs by producer group",
+                [
+                    Column("producer group", whole=True),
+                    Column("pending", right=True),
+                    Column("due", right=True),
+                    Column("checked 5 min", right=True),
+                    Column("awaiting answer", right=True),
+                    Column("handing over", right=True),
+                    Column("push failed", right=True),
+                    Column("no producer", right=True),
+                    Column("live", right=True),
+                    Column("last failure"),
+                ],
+                [
+                    [
+                        c.producer_group,
+                        f"{c.pending:,}",
+                        f"{c.due:,}",
+                        f"{c.checked_recently:,}",
+                        f"{c.delivered:,}",
+                        f"{c.open:,}",
+                        f"{c.failed:,}",
+                        f"{c.no_producer:,}",
+                        f"{c.live_producers:,}",
+                        c.last_failure or "",
+                    ]
+                    for c in overview.check_backs
+                ],
+                width,
+            )
+        )
+    if overview.producers:
+        parts.append(
+            fitted(
+                "Producers",
+                [
+                    Column("producer group", whole=True),
+                    Column("live", right=True),
+                    Column("registered", right=True),
+                ],
+                [
+                    [p.producer_group, f"{p.live:,}", f"{p.registered:,}"]
+                    for p in overview.producers
+                ],
+                width,
+            )
+        )
+    if overview.consumers:
+        parts.append(
+            fitted(
+                "Consumer groups",
+                [
+                    Column("consumer group", whole=True),
+                    Column("topic", whole=True),
+                    Column("lag", right=True),
+                    Column("in flight", right=True),
+                    Column("dead letters", right=True),
+                    Column("oldest unacked", right=True),
+                ],
+                [
+                    [
+                        c.consumer_group,
+                        c.topic,
+                        f"{c.lag:,}" + ("+" if c.lag_capped else ""),
+                        f"{c.in_flight:,}",
+                        f"{c.dead_letters:,}" + ("+" if c.dead_letters_capped else ""),
+                        age(overview.at - c.oldest_pending_at) if c.oldest_pending_at else "-",
+                    ]
+                    for c in overview.consumers
+                ],
+                width,
+            )
+        )
+    if footer:
+        parts += [Text(""), Text(footer, style="italic")]
+    return Group(*parts)
+
+
+def status(
+    ctx: typer.Context,
+    watch: bool = typer.Option(
+        False, "--watch", "-w", help="Keep showing the figures, read again every --interval."
+    ),
+    interval: float = typer.Option(
+        2.0, "--interval", min=0.2, max=3600, help="Seconds between two reads with --watch."
+    ),
+    minutes: int = typer.Option(
+        15, "--minutes", min=1, max=MAX_MINUTES, help="Resolutions per minute over this window."
+    ),
+    as_json: bool = JSON_OPTION,
+    iterations: int | None = typer.Option(
+        None, "--iterations", min=1, hidden=True, help="Stop --watch after this many reads."
+    ),
+) -> None:
+    """Pending half messages by age, resolutions per minute, check-backs, producers and
+    consumer groups: the status page's figures. --watch keeps them live (Ctrl-C ends it)."""
+    try:
+        _status(ctx, watch, interval, minutes, as_json, iterations)
+    except KeyboardInterrupt:
+        # Ctrl-C is how --watch ends: not an error.
+        raise typer.Exit(0) from None
+
+
+@run_async
+async def _status(
+    ctx: typer.Context,
+    watch: bool,
+    interval: float,
+    minutes: int,
+    as_json: bool,
+    iterations: int | None,
+) -> None:
+    async with open_core(ctx) as core:
+        if not watch:
+            overview = await core.overview.read(minutes)
+            if as_json:
+                print_json(OverviewOut.of(overview).model_dump(mode="json"))
+            else:
+                console.print(render(overview, width=console.width))
+            return
+        reads = _reads(core, minutes, interval, iterations)
+        if as_json:
+            # One JSON document per line and read, for scripts that follow it.
+            async for overview in reads:
+                typer.echo(json.dumps(OverviewOut.of(overview).model_dump(mode="json")))
+            return
+        footer = f"read every {interval:g} s; Ctrl-C to stop"
+        with Live(console=console, auto_refresh=False) as live:
+            async for overview in reads:
+                live.update(render(overview, width=console.width, footer=footer), refresh=True)
+
+
+async def _reads(
+    core: Coordinator, minutes: int, interval: float, iterations: int | None
+) -> AsyncIterator[Overview]:
+    """An overview every `interval` seconds, `iterations` times (None: until stopped)."""
+    done = 0
+    while True:
+        yield await core.overview.read(minutes)
+        done += 1
+        if iterations is not None and done >= iterations:
+            return
+        await asyncio.sleep(interval)
