@@ -8,11 +8,13 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -38,12 +40,15 @@ def serve_process(
     env: dict[str, str] | None = None,
     startup_seconds: float = 90.0,
     tls: ssl.SSLContext | None = None,
+    output: IO[bytes] | None = None,
 ) -> Iterator[RunningServer]:
     """Start `coordinator [global_args] serve [serve_args]`, wait until healthy, stop on exit.
 
     The caller's COORDINATOR_* variables are not inherited: only `env` counts.
     With `tls` (a client context trusting the server's certificate) the server
-    is expected to speak HTTPS, and the URL is https://.
+    is expected to speak HTTPS, and the URL is https://. The server's output
+    goes to `output` (a file) or else to a pipe, `process.stdout`, which a
+    server under load fills (its access log) unless the caller reads it.
     """
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
@@ -61,7 +66,7 @@ def serve_process(
         ],
         cwd=cwd,
         env=environment,
-        stdout=subprocess.PIPE,
+        stdout=output if output is not None else subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
@@ -69,8 +74,7 @@ def serve_process(
         deadline = time.monotonic() + startup_seconds
         while True:
             if process.poll() is not None:
-                output = process.stdout.read().decode() if process.stdout else ""
-                raise RuntimeError(f"coordinator serve exited: {output}")
+                raise RuntimeError(f"coordinator serve exited: {_output(process, output)}")
             try:
                 health = httpx.get(f"{url}/health", timeout=1, verify=tls or True)
                 if health.status_code == 200:
@@ -91,6 +95,13 @@ def serve_process(
                 process.wait()
 
 
+def _output(process: subprocess.Popen[bytes], output: IO[bytes] | None) -> str:
+    if output is not None:
+        output.seek(0)
+        return output.read().decode(errors="replace")
+    return process.stdout.read().decode() if process.stdout else ""
+
+
 @contextmanager
 def coordinator_process(
     database_url: str, *, workers: int = 1, **settings: object
@@ -99,7 +110,12 @@ def coordinator_process(
     measure its CPU)."""
     env = {f"COORDINATOR_{name.upper()}": str(value) for name, value in settings.items()}
     env["COORDINATOR_DATABASE_URL"] = database_url
-    with serve_process(env=env, serve_args=["--workers", str(workers)]) as server:
+    # Its output (the access log: a line per request) goes to a file, as it
+    # would in production, not to a pipe that nobody reads and that would fill.
+    with (
+        tempfile.TemporaryFile(prefix="coordinator-serve-") as output,
+        serve_process(env=env, serve_args=["--workers", str(workers)], output=output) as server,
+    ):
         yield server
 
 

@@ -1,21 +1,30 @@
 """Prometheus metrics, served at /metrics.
 
 Counters count what this process did (sum them over coordinator nodes).
-Gauges of database state (outstanding half messages, live producers) are
-read from PostgreSQL at scrape time, so every node reports the same
-cluster-wide figure (take the max, not the sum).
+Gauges of database state (pending half messages and the age of the oldest,
+live producers, consumer lag, in flight, dead letters) are read from
+PostgreSQL at scrape time (the overview, core/overview.py), so every node
+reports the same cluster-wide figure (take the max, not the sum).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import EndRequest, EndResult
-from coordinator.domain.states import MessageState, Source
+from coordinator.domain.overview import COUNT_LIMIT, Overview
+from coordinator.domain.states import DispatchMode, MessageState, Resolution, Source
 
 HALF_MESSAGES_OUTSTANDING = Gauge(
     "coordinator_half_messages_outstanding",
@@ -26,6 +35,27 @@ PRODUCER_INSTANCES = Gauge(
     "coordinator_producer_instances",
     "Registered producer instances, and how many of them are live.",
     ["producer_group", "live"],
+)
+HALF_MESSAGES_OLDEST_AGE = Gauge(
+    "coordinator_half_messages_oldest_age_seconds",
+    "Age of the oldest half message still prepared.",
+    ["producer_group", "topic"],
+)
+CONSUMER_LAG = Gauge(
+    "coordinator_consumer_lag",
+    "Committed messages a consumer group has not acked yet (ready and in flight); counted "
+    f"up to {COUNT_LIMIT:,} per consumer group.",
+    ["consumer_group", "topic"],
+)
+CONSUMER_IN_FLIGHT = Gauge(
+    "coordinator_consumer_in_flight",
+    "Messages a consumer group received and has not acked, still invisible to the others.",
+    ["consumer_group", "topic"],
+)
+DEAD_LETTERS = Gauge(
+    "coordinator_dead_letters",
+    "Dead-lettered deliveries of a consumer group (out of delivery attempts), until requeued.",
+    ["consumer_group", "topic"],
 )
 TRANSACTIONS_RESOLVED = Counter(
     "coordinator_transactions_resolved",
@@ -51,6 +81,86 @@ CHECK_ROUND_SECONDS = Histogram(
     "Duration of one check-back round (claims and pushes) on this node.",
 )
 
+# A `_created` series beside every counter and histogram doubles what a
+# scrape carries and what Prometheus stores, for a start time nobody reads.
+disable_created_metrics()
+
+# From a client's commit a few milliseconds after its prepare to an expiry
+# after the retention (72 hours by default).
+RESOLUTION_LATENCY_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800,
+    3600, 4 * 3600, 24 * 3600, 72 * 3600,
+)  # fmt: skip
+RESOLUTION_LATENCY = Histogram(
+    "coordinator_resolution_latency_seconds",
+    "Time from a half message's prepare (born_at) to its resolution, by new state and source.",
+    ["state", "source"],
+    buckets=RESOLUTION_LATENCY_BUCKETS,
+)
+CHECK_BACKS_ANSWERED = Counter(
+    "coordinator_check_backs_answered",
+    "Producers' answers to check-backs (pulled or pushed), by resolution (commit, rollback, "
+    "unknown).",
+    ["resolution"],
+)
+REDELIVERIES = Counter(
+    "coordinator_redeliveries",
+    "Deliveries handed out again (delivery attempt above 1), by consumer group.",
+    ["consumer_group"],
+)
+# Long polls (receive, check-back polls) wait up to 30 s.
+REQUEST_SECONDS_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30,
+)  # fmt: skip
+HTTP_REQUESTS = Counter(
+    "coordinator_http_requests",
+    "HTTP requests answered, by method, route template (never the raw path) and status.",
+    ["method", "route", "status"],
+)
+HTTP_REQUEST_SECONDS = Histogram(
+    "coordinator_http_request_duration_seconds",
+    "Time to answer an HTTP request, by method and route template.",
+    ["method", "route"],
+    buckets=REQUEST_SECONDS_BUCKETS,
+)
+GRPC_REQUESTS = Counter(
+    "coordinator_grpc_requests",
+    "RocketMQ gRPC calls answered, by RPC and the RocketMQ status code of the answer.",
+    ["rpc", "code"],
+)
+GRPC_REQUEST_SECONDS = Histogram(
+    "coordinator_grpc_request_duration_seconds",
+    "Time to answer a RocketMQ gRPC call (a Telemetry stream is not timed: it lasts), by RPC.",
+    ["rpc"],
+    buckets=REQUEST_SECONDS_BUCKETS,
+)
+DB_POOL_CONNECTIONS = Gauge(
+    "coordinator_db_pool_connections",
+    "Connections of this process's database pool, in use or idle.",
+    ["state"],
+)
+DB_POOL_WAITING = Gauge(
+    "coordinator_db_pool_waiting",
+    "Requests of this process waiting for a connection of the pool.",
+)
+
+# The counters' known label sets exist from the start, at 0. A series that
+# first appears at 1 has no increase to Prometheus (rate() and increase()
+# need two samples), so the first discard after a start would slip past the
+# alert rules.
+for _state, _sources in {
+    MessageState.COMMITTED: (Source.CLIENT, Source.CHECK, Source.OPERATOR),
+    MessageState.ROLLED_BACK: (Source.CLIENT, Source.CHECK, Source.OPERATOR),
+    MessageState.DISCARDED: (Source.DISCARD,),
+    MessageState.EXPIRED: (Source.EXPIRY,),
+}.items():
+    for _source in _sources:
+        TRANSACTIONS_RESOLVED.labels(state=_state.value, source=_source.value)
+for _via in DispatchMode:
+    CHECK_BACKS_DISPATCHED.labels(via=_via.value)
+for _resolution in Resolution:
+    CHECK_BACKS_ANSWERED.labels(resolution=_resolution.value)
+
 
 def count_resolution(state: MessageState, source: Source, amount: int = 1) -> None:
     if amount:
@@ -70,22 +180,102 @@ def count_ends(
     )
     for (state, source), amount in changed.items():
         count_resolution(state, source, amount)
+    # UNKNOWN answers never get here with a state to change: ending.report_unknown counts them.
+    for request in requests:
+        if request.from_check and request.resolution is not Resolution.UNKNOWN:
+            count_check_back_answer(request.resolution)
 
 
-def set_outstanding(rows: list[tuple[str, str, int]]) -> None:
-    # Rebuilt on every scrape so groups and topics with nothing pending vanish.
-    HALF_MESSAGES_OUTSTANDING.clear()
-    for producer_group, topic, messages in rows:
-        HALF_MESSAGES_OUTSTANDING.labels(producer_group=producer_group, topic=topic).set(messages)
-
-
-def set_producer_instances(rows: list[tuple[str, int, int]]) -> None:
-    PRODUCER_INSTANCES.clear()
-    for producer_group, live, registered in rows:
-        PRODUCER_INSTANCES.labels(producer_group=producer_group, live="true").set(live)
-        PRODUCER_INSTANCES.labels(producer_group=producer_group, live="false").set(
-            registered - live
+def set_database_gauges(overview: Overview) -> None:
+    """The gauges of database state, from the overview read at scrape time."""
+    # Rebuilt on every scrape so groups and topics with nothing left vanish.
+    for gauge in (
+        HALF_MESSAGES_OUTSTANDING,
+        HALF_MESSAGES_OLDEST_AGE,
+        PRODUCER_INSTANCES,
+        CONSUMER_LAG,
+        CONSUMER_IN_FLIGHT,
+        DEAD_LETTERS,
+    ):
+        gauge.clear()
+    for pending in overview.pending_groups:
+        labels = {"producer_group": pending.producer_group, "topic": pending.topic}
+        HALF_MESSAGES_OUTSTANDING.labels(**labels).set(pending.pending)
+        HALF_MESSAGES_OLDEST_AGE.labels(**labels).set(pending.oldest_age.total_seconds())
+    for producers in overview.producers:
+        group = producers.producer_group
+        PRODUCER_INSTANCES.labels(producer_group=group, live="true").set(producers.live)
+        PRODUCER_INSTANCES.labels(producer_group=group, live="false").set(
+            producers.registered - producers.live
         )
+    for consumer in overview.consumers:
+        labels = {"consumer_group": consumer.consumer_group, "topic": consumer.topic}
+        CONSUMER_LAG.labels(**labels).set(consumer.lag)
+        CONSUMER_IN_FLIGHT.labels(**labels).set(consumer.in_flight)
+        DEAD_LETTERS.labels(**labels).set(consumer.dead_letters)
+
+
+_latency_children: dict[tuple[MessageState, Source], Histogram] = {}
+
+
+def observe_resolution_latency(state: MessageState, source: Source, seconds: float) -> None:
+    # Observed for every end of the hot routes: the child is looked up once (see RequestMeter).
+    child = _latency_children.get((state, source))
+    if child is None:
+        child = _latency_children[state, source] = RESOLUTION_LATENCY.labels(
+            state=state.value, source=source.value
+        )
+    child.observe(seconds)
+
+
+def count_check_back_answer(resolution: Resolution) -> None:
+    CHECK_BACKS_ANSWERED.labels(resolution=resolution.value).inc()
+
+
+def count_redeliveries(consumer_group: str, amount: int) -> None:
+    if amount:
+        REDELIVERIES.labels(consumer_group=consumer_group).inc(amount)
+
+
+class RequestMeter:
+    """Counts and times requests of a door (HTTP or gRPC) by their labels.
+
+    The children of each label set are looked up once and kept: `labels()`
+    takes a lock and checks its arguments on every call, which the hot
+    routes would pay on every request. The labels are bounded (methods,
+    route templates, statuses, RPCs, codes), so the cache is too.
+    """
+
+    def __init__(self, count: Counter, duration: Histogram) -> None:
+        self._count = count
+        self._duration = duration
+        self._children: dict[tuple[object, ...], tuple[Counter, Histogram | None]] = {}
+
+    def observe(self, labels: tuple[object, ...], timed: int, seconds: float | None) -> None:
+        """Count one request with `labels`; time it (when `seconds` is given) by the first
+        `timed` labels."""
+        children = self._children.get(labels)
+        if children is None:
+            children = self._children[labels] = (
+                self._count.labels(*labels),
+                self._duration.labels(*labels[:timed]) if timed else None,
+            )
+        children[0].inc()
+        if seconds is not None and children[1] is not None:
+            children[1].observe(seconds)
+
+
+HTTP_METER = RequestMeter(HTTP_REQUESTS, HTTP_REQUEST_SECONDS)
+GRPC_METER = RequestMeter(GRPC_REQUESTS, GRPC_REQUEST_SECONDS)
+
+
+def set_pool_stats(stats: Mapping[str, int]) -> None:
+    """From psycopg_pool's get_stats(): pool_size counts the connections given out too."""
+    size = stats.get("pool_size", 0)
+    idle = stats.get("pool_available", 0)
+    DB_POOL_CONNECTIONS.labels(state="in_use").set(max(size - idle, 0))
+    DB_POOL_CONNECTIONS.labels(state="idle").set(idle)
+    DB_POOL_WAITING.set(stats.get("requests_waiting", 0))
 
 
 def exposition() -> bytes:

@@ -13,11 +13,13 @@ commit); each request still gets its own answer or error.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
 
+from coordinator import metrics
 from coordinator.db.queries import fetch_all, fetch_one
 from coordinator.domain.errors import (
     CoordinatorError,
@@ -29,6 +31,8 @@ from coordinator.domain.errors import (
 from coordinator.domain.messages import EndRequest, EndResult
 from coordinator.domain.rules import check_message_id, check_name
 from coordinator.domain.states import MessageState, Resolution, Source
+
+log = logging.getLogger(__name__)
 
 
 def validate_end(request: EndRequest) -> None:
@@ -75,6 +79,8 @@ async def report_unknown(conn: AsyncConnection[Any], request: EndRequest) -> End
     if row is None:
         raise _not_found(request)
     _check_owner(request, row)
+    if request.from_check:
+        metrics.count_check_back_answer(Resolution.UNKNOWN)
     return _result(row, MessageState(row["state"]), changed=False)
 
 
@@ -103,7 +109,10 @@ def _outcome(request: EndRequest, row: dict[str, Any]) -> EndResult | Coordinato
     if row["id"] is None:
         return _not_found(request)
     if row["new_state"] is not None:
-        return _result(row, MessageState(row["new_state"]), changed=True)
+        state = MessageState(row["new_state"])
+        source = Source.CHECK if request.from_check else Source.CLIENT
+        metrics.observe_resolution_latency(state, source, row["age_seconds"])
+        return _result(row, state, changed=True)
     try:
         _check_owner(request, row)
     except CoordinatorError as error:
@@ -111,11 +120,29 @@ def _outcome(request: EndRequest, row: dict[str, Any]) -> EndResult | Coordinato
     previous = MessageState(row["previous_state"])
     if previous is request.resolution.target_state:
         return _result(row, previous, changed=False)
+    log.info(
+        "%s of transaction %s refused: it is already %s",
+        request.resolution.value,
+        request.transaction_id,
+        previous.value,
+        extra=_message_fields(row, request),
+    )
     return StateConflict(
         f"transaction {request.transaction_id!r} is already {previous.value}; "
         f"it cannot {request.resolution.value}",
         current_state=previous.value,
     )
+
+
+def _message_fields(row: dict[str, Any], request: EndRequest) -> dict[str, Any]:
+    """The ids a log line about this message carries (logs.py writes them as fields)."""
+    return {
+        "transaction_id": row["transaction_id"],
+        "message_id": row["message_id"],
+        "offset": row["id"],
+        "producer_group": row["producer_group"],
+        "from_check": request.from_check,
+    }
 
 
 def _not_found(request: EndRequest) -> NotFound:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from time import perf_counter
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -17,13 +20,17 @@ from coordinator.core.auth import Authenticator
 from coordinator.grpc.service import MessagingService
 from coordinator.grpc.status import Unreadable
 from coordinator.grpc.stubs import Stubs, load
+from coordinator.logs import ACCESS, access_line
+from coordinator.metrics import GRPC_METER
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
 
-# Streams get this long to finish at shutdown; then they are cancelled.
-STOP_GRACE_SECONDS = 1.0
+# RPCs in flight get this long to finish at shutdown; then they are
+# cancelled. Long polls and Telemetry streams end at once (the core is
+# stopping), so this bounds only ordinary calls that are slow.
+STOP_GRACE_SECONDS = 10.0
 
 
 class GrpcPortUnavailable(RuntimeError):
@@ -43,21 +50,111 @@ def handlers(service: MessagingService, stubs: Stubs) -> grpc.GenericRpcHandler:
     sentence) instead of failing the call with a traceback in the log.
     """
     descriptor = stubs.service.DESCRIPTOR.services_by_name[SERVICE_NAME.rsplit(".", 1)[1]]
+    meter = _Meter(stubs)
     built = {}
     for method in descriptor.methods:
         request_type = GetMessageClass(method.input_type)
         response_type = GetMessageClass(method.output_type)
-        make = {
-            (False, False): grpc.unary_unary_rpc_method_handler,
-            (False, True): grpc.unary_stream_rpc_method_handler,
-            (True, True): grpc.stream_stream_rpc_method_handler,
+        make, metered = {
+            (False, False): (grpc.unary_unary_rpc_method_handler, meter.unary),
+            (False, True): (grpc.unary_stream_rpc_method_handler, meter.unary_stream),
+            (True, True): (grpc.stream_stream_rpc_method_handler, meter.stream),
         }[(method.client_streaming, method.server_streaming)]
         built[method.name] = make(
-            getattr(service, method.name),
+            metered(method.name, getattr(service, method.name)),
             request_deserializer=functools.partial(_parse, request_type),
             response_serializer=response_type.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(SERVICE_NAME, built)
+
+
+# The code label of a call that ended without an answer (the client left, or
+# the server stopped), and of one whose handler raised.
+CANCELLED = "CANCELLED"
+FAILED = "ERROR"
+
+
+class _Meter:
+    """Counts and times each call by RPC and the RocketMQ code of its answer, and logs it.
+
+    Every answer carries its status in the response (gRPC's own status is OK),
+    so the code is read from there: the first response's, for a stream.
+    """
+
+    def __init__(self, stubs: Stubs) -> None:
+        codes = stubs.definition.Code.DESCRIPTOR.values
+        self._names = {value.number: value.name for value in codes}
+
+    def _code(self, response: Any) -> str:
+        code = response.status.code
+        return self._names.get(code) or str(code)
+
+    def unary(self, rpc: str, handler: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        async def metered(request: Any, context: Any) -> Any:
+            started = perf_counter()
+            code = FAILED
+            try:
+                response = await handler(request, context)
+                code = self._code(response)
+                return response
+            except asyncio.CancelledError:
+                code = CANCELLED
+                raise
+            finally:
+                answered(rpc, code, started, timed=True)
+
+        return metered
+
+    def unary_stream(
+        self, rpc: str, handler: Callable[..., AsyncIterator[Any]]
+    ) -> Callable[..., AsyncIterator[Any]]:
+        async def metered(request: Any, context: Any) -> AsyncIterator[Any]:
+            started = perf_counter()
+            code: str | None = None
+            try:
+                async for response in handler(request, context):
+                    if code is None and response.HasField("status"):
+                        code = self._code(response)
+                    yield response
+            except (asyncio.CancelledError, GeneratorExit):
+                code = code or CANCELLED
+                raise
+            except Exception:
+                code = FAILED
+                raise
+            finally:
+                answered(rpc, code or CANCELLED, started, timed=True)
+
+        return metered
+
+    def stream(self, rpc: str, handler: Callable[..., Awaitable[None]]) -> Callable[..., Any]:
+        # Telemetry: open for as long as the client runs, so counted, not timed.
+        async def metered(request_iterator: Any, context: Any) -> None:
+            started = perf_counter()
+            code = FAILED
+            try:
+                await handler(request_iterator, context)
+                code = "OK"
+            except asyncio.CancelledError:
+                code = CANCELLED
+                raise
+            finally:
+                answered(rpc, code, started, timed=False)
+
+        return metered
+
+
+def answered(rpc: str, code: str, started: float, *, timed: bool) -> None:
+    """Count (and time) one call, and write its access line."""
+    seconds = perf_counter() - started
+    GRPC_METER.observe((rpc, code), 1, seconds if timed else None)
+    if ACCESS.isEnabledFor(logging.INFO):
+        milliseconds = round(seconds * 1000, 3)
+        access_line(
+            "gRPC %s %s %.1f ms",
+            (rpc, code, milliseconds),
+            {"rpc": rpc, "code": code, "duration_ms": milliseconds},
+        )
 
 
 def _parse(kind: type[Message], data: bytes) -> Message | Unreadable:
@@ -97,5 +194,9 @@ async def running_grpc_door(
     try:
         yield service
     finally:
+        # Ends the Telemetry streams now, as the core's stopping ended the
+        # waiting receives; server.stop refuses new calls and returns once
+        # those in flight are answered.
+        service.begin_close()
         await server.stop(STOP_GRACE_SECONDS)
         await service.close()

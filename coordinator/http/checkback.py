@@ -30,7 +30,7 @@ from coordinator.http.fields import GroupName, InstanceId
 from coordinator.http.openapi import DocumentedRoute, errors, example
 from coordinator.http.routes import coordinator
 from coordinator.http.security import json_body, long_poll, principal
-from coordinator.metrics import exposition
+from coordinator.metrics import exposition, set_database_gauges
 
 router = APIRouter(route_class=DocumentedRoute)
 
@@ -153,4 +153,6 @@ async def prometheus_metrics(
         authenticator: Authenticator = request.app.state.authenticator
         authenticator.authenticate(request.headers.get("authorization")).require_metrics()
     await core.checkback.refresh_gauges()
+    # The database's gauges: the overview without its resolutions per minute.
+    set_database_gauges(await core.overview.read(minutes=0))
     return Response(content=exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -29,13 +29,20 @@ FastAPI: FastAPI wraps even its user middleware in four layers of its own
 (error pages, telemetry, body limit, Starlette's dispatch), another 10% of
 the server's CPU on these routes. An exception on a hot route reaches
 uvicorn, which answers 500 and logs it, as FastAPI's error layer did.
+
+Every HTTP request passes here, so here each is counted and timed by its
+route template (metrics.py) and gets its access line (logs.py): a hot route's
+template is in its table, FastAPI's router leaves the route it chose in the
+scope.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Annotated, Any, NamedTuple
 
 from fastapi import FastAPI
@@ -52,8 +59,15 @@ from coordinator.domain.errors import CoordinatorError
 from coordinator.http.errors import core_error_response, error_response, validation_error_response
 from coordinator.http.routes import HOT_ENDPOINTS, coordinator
 from coordinator.http.security import is_json, not_json, principal
+from coordinator.logs import ACCESS, access_line
+from coordinator.metrics import HTTP_METER
 
 Endpoint = Callable[..., Awaitable[Response]]
+
+# The route label of requests no route took (404s), and of bodies refused for
+# their declared size before any route was looked at.
+UNMATCHED = "(unmatched)"
+TOO_LARGE = "(too large)"
 
 
 class _ClientLeft(Exception):
@@ -212,6 +226,31 @@ def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
+def answered(scope: Scope, route: str, status: int, started: float) -> None:
+    """Count and time a request by its route template, and write its access line."""
+    seconds = perf_counter() - started
+    method = scope["method"]
+    HTTP_METER.observe((method, route, status), 2, seconds)
+    if ACCESS.isEnabledFor(logging.INFO):
+        path = scope["path"]
+        if query := scope.get("query_string"):
+            path = f"{path}?{query.decode('latin-1')}"
+        client = scope.get("client")
+        milliseconds = round(seconds * 1000, 3)
+        access_line(
+            "%s %s %d %.1f ms",
+            (method, path, status, milliseconds),
+            {
+                "method": method,
+                "path": path,
+                "route": route,
+                "status": status,
+                "duration_ms": milliseconds,
+                "client": client[0] if client else None,
+            },
+        )
+
+
 class HotRoutes:
     """The served ASGI app: refuses oversized requests, answers the hot
     routes, and passes everything else (and the lifespan) to FastAPI."""
@@ -226,29 +265,54 @@ class HotRoutes:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = perf_counter()
         heads = _heads(scope)
         refusal = self._refuse_declared_size(heads.content_length)
         if refusal is not None:
             await refusal(scope, receive, send)
+            answered(scope, TOO_LARGE, refusal.status_code, started)
             return
         table = self.table.get(scope["method"])
         if table is not None:
             # match(), inline: on the hot path the call would cost more than the lookup
             path = scope["path"]
             route = table.exact.get(path)
+            params = None
+            if route is None:
+                for candidate in table.templated:
+                    if (found := candidate.pattern.match(path)) is not None:  # type: ignore[union-attr]
+                        route, params = candidate, found.groupdict()
+                        break
             if route is not None:
-                response = await self._answer(route, None, heads, receive)
-                await response(scope, receive, send)
-                return
-            for route in table.templated:
-                if (found := route.pattern.match(path)) is not None:  # type: ignore[union-attr]
-                    response = await self._answer(route, found.groupdict(), heads, receive)
+                status = 500  # what uvicorn answers if the route raises
+                try:
+                    response = await self._answer(route, params, heads, receive)
+                    status = response.status_code
                     await response(scope, receive, send)
-                    return
+                finally:
+                    answered(scope, route.path, status, started)
+                return
         if heads.content_length is None:
             # A chunked body declares no size: count it as FastAPI reads it.
             receive = self._size_limited(receive)
-        await self.app(scope, receive, send)
+        await self._forward(scope, receive, send, started)
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
+        """Hand the request to FastAPI, seeing the status it answers and the route it took."""
+        status = 500  # what uvicorn answers if the app raises before answering
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            # The router puts the route it chose into the scope; its path is the template.
+            route = getattr(scope.get("route"), "path", None)
+            answered(scope, route or UNMATCHED, status, started)
 
     def _size_limited(self, receive: Receive) -> Receive:
         """`receive`, refusing (413) a body once it exceeds max_bytes, before reading more."""

@@ -28,7 +28,7 @@ from urllib.parse import unquote
 
 import httpx
 
-from coordinator import __version__
+from coordinator import __version__, metrics
 from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.rules import forbidden_address
@@ -120,5 +120,7 @@ def _answer(response: httpx.Response) -> PushOutcome:
     except ValueError:
         return PushOutcome(True, detail=f"answer resolution {str(value)[:40]!r} not understood")
     if resolution is Resolution.UNKNOWN:
+        # An answer all the same (commit and rollback are counted where they end it).
+        metrics.count_check_back_answer(resolution)
         return PushOutcome(True, detail="answered unknown")
     return PushOutcome(True, resolution=resolution, detail=f"answered {resolution.value}")

@@ -1,5 +1,5 @@
 -- Check-back: the producer registry, the check claim, pull and push
--- dispatch, operator actions, and the gauges read at scrape time.
+-- dispatch, and operator actions.
 
 -- name: heartbeat_producer
 -- Registers a producer instance or records that it was heard from. An
@@ -183,6 +183,9 @@ SELECT planned.id AS message_offset, planned.action, planned.producer_group,
        coalesce(rescheduled.check_count, planned.check_count) AS check_count,
        m.message_id, m.transaction_id, m.topic, m.tags, m.keys, m.message_group,
        m.properties, m.born_at,
+       -- an expired or discarded message's prepare-to-resolution time, on the
+       -- database's clock (its resolved_at is now() too)
+       extract(epoch FROM now() - m.born_at)::float8 AS age_seconds,
        CASE WHEN requested.via = 'push' THEN m.body END AS body,
        CASE WHEN requested.via = 'pull'
             THEN pg_notify('coordinator_checks', planned.producer_group) END AS notified
@@ -303,19 +306,3 @@ SELECT target.id, target.message_id, target.transaction_id,
        target.state AS previous_state, changed.state AS new_state
 FROM target
 LEFT JOIN changed ON changed.id = target.id;
-
--- name: outstanding_half_messages
--- Metrics: pending half messages per producer group and topic.
-SELECT producer_group, topic, count(*) AS messages
-FROM messages
-WHERE state = 'prepared'
-GROUP BY producer_group, topic;
-
--- name: producer_instance_counts
-SELECT producer_group,
-       count(*) FILTER (
-           WHERE last_seen_at > now() - make_interval(secs => %(producer_ttl_seconds)s::float8)
-       ) AS live,
-       count(*) AS registered
-FROM producers
-GROUP BY producer_group;

@@ -14,7 +14,8 @@
 -- id): compare-and-set from 'prepared', guarded by the producer group and
 -- the message id when the caller gives one. Rows are locked in id order so
 -- concurrent batches cannot deadlock. Returns, per request in order, the row
--- as it was before and the new state if this statement changed it.
+-- as it was before, the new state if this statement changed it, and the
+-- message's age (its prepare-to-resolution time when it changed).
 WITH request AS (
     SELECT *
     FROM unnest(
@@ -28,7 +29,7 @@ WITH request AS (
     )
 ),
 target AS (
-    SELECT m.id, m.message_id, m.transaction_id, m.producer_group, m.state,
+    SELECT m.id, m.message_id, m.transaction_id, m.producer_group, m.state, m.born_at,
            r.position, r.to_state, r.source,
            m.state = 'prepared'
                AND m.producer_group = r.producer_group
@@ -55,7 +56,9 @@ recorded AS (
     JOIN target ON target.id = changed.id
 )
 SELECT request.position, target.id, target.message_id, target.transaction_id,
-       target.producer_group, target.state AS previous_state, changed.state AS new_state
+       target.producer_group, target.state AS previous_state, changed.state AS new_state,
+       -- prepare to resolution, on the database's clock (resolved_at is now() too)
+       extract(epoch FROM now() - target.born_at)::float8 AS age_seconds
 FROM request
 LEFT JOIN target ON target.position = request.position
 LEFT JOIN changed ON changed.id = target.id

@@ -1,0 +1,186 @@
+"""Log lines on stderr: one JSON object per line for machines, readable text on a terminal.
+
+Every process of the coordinator logs through Python's `logging` to stderr,
+configured here once (`configure` for a command, `server_log_config` for the
+processes of `coordinator serve`, which uvicorn applies in each of them):
+
+- format `auto` (the default) writes JSON lines when stderr is not a
+  terminal (a file, journald, a container's log) and text on a terminal;
+  `json` and `text` force one. A JSON line holds `time` (UTC, ISO 8601),
+  `level`, `logger`, `message`, the fields the line was logged with
+  (`extra=`: `transaction_id`, `message_id`, `method`, `status`, ...) and
+  `exception` (the traceback) if any. Text lines end with the fields as
+  `name=value`.
+- level WARNING, INFO with `-v` (`--verbose`);
+- the access log (`coordinator.access`, one line per HTTP request and gRPC
+  call) is on at INFO whatever the level, unless the setting `access_log`
+  turns it off; the doors check `ACCESS.isEnabledFor(INFO)` first, so a
+  request costs nothing more when it is off;
+- APScheduler logs two INFO lines per run of the check-back job (several a
+  second); its loggers stay at WARNING even with `-v`. The job logs its
+  own summary of a round that did something.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.config
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+LogFormat = Literal["auto", "json", "text"]
+
+ACCESS_LOGGER = "coordinator.access"
+ACCESS = logging.getLogger(ACCESS_LOGGER)
+
+# The attributes every LogRecord has: anything else on a record came with
+# the line, as extra= fields. (taskName is new in Python 3.12.)
+_RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+# What the command line asked for, so that `coordinator serve` hands the
+# same verbosity to uvicorn's configuration of every server process.
+_verbose = False
+
+
+def fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields a line was logged with (extra=), in the order they were given."""
+    return {k: v for k, v in record.__dict__.items() if k not in _RECORD_ATTRIBUTES}
+
+
+_second: list[Any] = [None, ""]  # the last second formatted, and its text
+
+
+def _utc(created: float) -> str:
+    """`2025-01-31T12:00:00.123Z`: the second formatted once, the milliseconds each time
+    (a tenth of datetime.isoformat's cost, paid on every access line)."""
+    seconds = int(created)
+    last = _second
+    if last[0] != seconds:
+        last[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        last[0] = seconds
+    return f"{last[1]}.{int((created - seconds) * 1000):03d}Z"
+
+
+# One encoder for every line: json.dumps with arguments builds a new one each call.
+# default=str: a field that is not JSON (a datetime, an enum) is written as text.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the line's fields, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": _utc(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name, value in record.__dict__.items():
+            if name not in _RECORD_ATTRIBUTES:
+                entry.setdefault(name, value)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return _ENCODER.encode(entry)
+
+
+class TextFormatter(logging.Formatter):
+    """`time LEVEL logger: message name=value ...`, for a person at a terminal."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = fields(record)
+        if not extra:
+            return line
+        pairs = " ".join(f"{name}={value}" for name, value in extra.items())
+        head, newline, rest = line.partition("\n")  # a traceback stays below the line
+        return f"{head} {pairs}{newline}{rest}"
+
+
+def formatter(log_format: LogFormat = "auto") -> logging.Formatter:
+    """The formatter for `log_format`; `auto` looks at this process's stderr."""
+    if log_format == "auto":
+        log_format = "text" if _is_terminal(sys.stderr) else "json"
+    return TextFormatter() if log_format == "text" else JsonFormatter()
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no stream, or a closed one
+        return False
+
+
+def log_config(
+    *, verbose: bool = False, log_format: LogFormat = "auto", access_log: bool = True
+) -> dict[str, Any]:
+    """The `logging.config.dictConfig` of a coordinator process."""
+    return {
+        "version": 1,
+        # Loggers created before (the coordinator's modules', uvicorn's) keep working.
+        "disable_existing_loggers": False,
+        "formatters": {
+            # A factory: `auto` is decided in each process, by its own stderr.
+            "coordinator": {"()": f"{__name__}.formatter", "log_format": log_format},
+        },
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+                "formatter": "coordinator",
+            },
+        },
+        "root": {"level": "INFO" if verbose else "WARNING", "handlers": ["stderr"]},
+        "loggers": {
+            ACCESS_LOGGER: {"level": "INFO" if access_log else "WARNING"},
+            # "Running job ..." and "... executed successfully" at every run of the job
+            "apscheduler": {"level": "WARNING"},
+            # uvicorn's own loggers carry handlers of its default configuration;
+            # here they go to the root's like every other line (uvicorn sets their
+            # level itself, from serve's log_level).
+            "uvicorn": {"handlers": [], "propagate": True},
+            "uvicorn.error": {"handlers": [], "propagate": True},
+            "uvicorn.access": {"handlers": [], "propagate": True},
+        },
+    }
+
+
+def configure(
+    *, verbose: bool = False, log_format: LogFormat = "auto", access_log: bool = True
+) -> None:
+    """Configure this process's logging (a command's; serve's processes: server_log_config)."""
+    global _verbose
+    _verbose = verbose
+    logging.config.dictConfig(
+        log_config(verbose=verbose, log_format=log_format, access_log=access_log)
+    )
+
+
+def server_log_config(log_format: LogFormat, access_log: bool) -> dict[str, Any]:
+    """uvicorn's `log_config` for `coordinator serve`: applied in the server process and
+    in each `--workers` process, with the verbosity the command line gave `configure`."""
+    return log_config(verbose=_verbose, log_format=log_format, access_log=access_log)
+
+
+def access_line(message: str, args: tuple[Any, ...], line_fields: Mapping[str, Any]) -> None:
+    """Log one access line; check ACCESS.isEnabledFor(logging.INFO) first.
+
+    The record is made directly: Logger.info would also look up the caller's
+    source line in the stack, a third of a line's cost, for nothing.
+    """
+    record = ACCESS.makeRecord(
+        ACCESS_LOGGER, logging.INFO, "(access)", 0, message, args, None, extra=line_fields
+    )
+    ACCESS.handle(record)
