@@ -6,7 +6,9 @@ If the service dies in between, the coordinator's check-back is answered by
 the barrier table with no code of ours: the message is delivered if and only
 if the order was committed.
 
-    python examples/orders_service.py --orders 5 [--endpoint URL] [--database-url URL]
+From the repository's root, with the coordinator running:
+
+    .venv/bin/python examples/orders_service.py --orders 5 [--endpoint URL] [--database-url URL]
 
 Without --database-url (or ORDERS_DATABASE_URL) the orders live in an
 embedded PostgreSQL under ./.orders-data/.

@@ -2,11 +2,11 @@
 
 A transactional Producer sends one half message and commits it; a
 SimpleConsumer receives it and acks it. Start a coordinator with its gRPC
-door, then run the example (the client is the PyPI package
-`rocketmq-python-client`, part of `pip install 'coordinator[grpc]'`):
+door, then run the example from the repository's root (the client is the
+PyPI package `rocketmq-python-client`, part of `pip install 'coordinator[grpc]'`):
 
-    coordinator serve --grpc-port 8081
-    python examples/rocketmq_client_producer.py [HOST:PORT]
+    .venv/bin/coordinator serve --grpc-port 8081
+    .venv/bin/python examples/rocketmq_client_producer.py [HOST:PORT]
 
 The endpoint is the argument, else $COORDINATOR_GRPC_ENDPOINT, else
 127.0.0.1:8081. RocketMQ 5 has no producer group: the coordinator files the

@@ -3,9 +3,9 @@
 Every local transaction answers UNKNOWN first; at check-back time the answer
 depends on the message's index: index % 3 == 0 stays UNKNOWN (checked again
 later), 1 commits, 2 rolls back. Start a coordinator (`coordinator serve`),
-then run:
+then run, from the repository's root:
 
-    python examples/transaction_producer.py [--endpoint http://127.0.0.1:8080]
+    .venv/bin/python examples/transaction_producer.py [--endpoint http://127.0.0.1:8080]
 
 With the default 6 s transaction timeout the first check-backs come after
 about 6 s; the example keeps the producer running (serving check-backs) for

@@ -11,10 +11,12 @@ from coordinator.client.barrier import (
     BarrierTransactionListener,
 )
 from coordinator.client.consumer import (
+    ROCKETMQ_RETRY_SCHEDULE,
     AsyncPushConsumer,
     AsyncSimpleConsumer,
     ConsumeResult,
     PushConsumer,
+    RetrySchedule,
     SimpleConsumer,
 )
 from coordinator.client.errors import (
@@ -43,6 +45,7 @@ from coordinator.client.message import (
 from coordinator.client.producer import AsyncTransactionProducer, TransactionProducer
 
 __all__ = [
+    "ROCKETMQ_RETRY_SCHEDULE",
     "AsyncBarrierTransactionListener",
     "AsyncPushConsumer",
     "AsyncSimpleConsumer",
@@ -66,6 +69,7 @@ __all__ = [
     "RateLimited",
     "ReceivedMessage",
     "RetryPolicy",
+    "RetrySchedule",
     "SendResult",
     "SendStatus",
     "SimpleConsumer",

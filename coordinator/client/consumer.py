@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from functools import partial
@@ -32,6 +32,36 @@ log = logging.getLogger(__name__)
 class ConsumeResult(StrEnum):
     SUCCESS = "success"
     FAILURE = "failure"
+
+
+# RocketMQ's consumer retry delays (messageDelayLevel levels 3 to 18, 16
+# retries): how long a message a listener failed on stays away before it is
+# delivered again, after its first failed attempt, its second, ...; the last
+# delay holds for any attempt after those.
+ROCKETMQ_RETRY_SCHEDULE: tuple[float, ...] = (
+    10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+)  # fmt: skip
+# The coordinator's longest invisible duration, which a delay becomes.
+LONGEST_RETRY_DELAY_SECONDS = 12 * 3600.0
+
+
+class RetrySchedule:
+    """The wait before each redelivery of a message whose listener failed, by attempt."""
+
+    def __init__(self, delays: Sequence[float]) -> None:
+        self.delays = tuple(float(delay) for delay in delays)
+        if not self.delays:
+            raise ValueError("a retry schedule needs at least one delay")
+        for delay in self.delays:
+            if not 0 < delay <= LONGEST_RETRY_DELAY_SECONDS:
+                raise ValueError(
+                    f"a retry delay must be more than 0 and at most "
+                    f"{LONGEST_RETRY_DELAY_SECONDS:g} seconds, got {delay:g}"
+                )
+
+    def delay_after(self, delivery_attempt: int) -> float:
+        """The wait after attempt `delivery_attempt` (1 for the first delivery) failed."""
+        return self.delays[min(max(delivery_attempt, 1), len(self.delays)) - 1]
 
 
 MessageListener = Callable[[ReceivedMessage], "ConsumeResult | None"]
@@ -237,16 +267,26 @@ class _PushConsumer(Generic[C, ML]):
         subscriptions: dict[str, str],
         listener: ML,
         endpoint: str,
-        retry_delay_seconds: float,
+        retry_schedule: Sequence[float],
         consumer_options: dict[str, Any],
     ) -> None:
+        self.retry_schedule = RetrySchedule(retry_schedule)
         self.consumer = self._consumer_class(group, subscriptions, endpoint, **consumer_options)
         self.listener = listener
-        self.retry_delay_seconds = retry_delay_seconds
 
     def _release(self, count: int) -> None:
         for _ in range(count):
             self._slots.release()
+
+    def _retry_delay(self, message: ReceivedMessage) -> float:
+        delay = self.retry_schedule.delay_after(message.delivery_attempt)
+        log.info(
+            "message %s failed (delivery attempt %d): delivered again in %g s",
+            message.message_id,
+            message.delivery_attempt,
+            delay,
+        )
+        return delay
 
 
 _listening = partial(base.survive_errors, log, "listener failed on message %s")
@@ -259,8 +299,11 @@ class PushConsumer(_PushConsumer[SimpleConsumer, MessageListener], base.SyncLife
     """Runs `listener(message)` for every message on a worker pool.
 
     Success (no exception; SUCCESS or None) acks the message. Failure (an
-    exception or FAILURE) hands it back to be delivered again after
-    `retry_delay_seconds`, with a higher delivery attempt.
+    exception or FAILURE) hands it back to be delivered again, with a higher
+    delivery attempt, after the delay `retry_schedule` gives for the attempt
+    that failed (RocketMQ's 10 s, 30 s, 1 min, 2 min, ... 2 h by default).
+    After the subscription's max delivery attempts it goes to the group's
+    dead letters.
     """
 
     _consumer_class = SimpleConsumer
@@ -273,12 +316,10 @@ class PushConsumer(_PushConsumer[SimpleConsumer, MessageListener], base.SyncLife
         endpoint: str = base.DEFAULT_ENDPOINT,
         *,
         threads: int = 4,
-        retry_delay_seconds: float = 1.0,
+        retry_schedule: Sequence[float] = ROCKETMQ_RETRY_SCHEDULE,
         **consumer_options: Any,
     ) -> None:
-        super().__init__(
-            group, subscriptions, listener, endpoint, retry_delay_seconds, consumer_options
-        )
+        super().__init__(group, subscriptions, listener, endpoint, retry_schedule, consumer_options)
         self.threads = threads
         self._stopping = threading.Event()
         self._slots = threading.Semaphore(threads)
@@ -336,7 +377,7 @@ class PushConsumer(_PushConsumer[SimpleConsumer, MessageListener], base.SyncLife
                 if ok:
                     self.consumer.ack(message)
                 else:
-                    self.consumer.change_invisible_duration(message, self.retry_delay_seconds)
+                    self.consumer.change_invisible_duration(message, self._retry_delay(message))
         finally:
             self._slots.release()
 
@@ -356,12 +397,10 @@ class AsyncPushConsumer(
         endpoint: str = base.DEFAULT_ENDPOINT,
         *,
         concurrency: int = 4,
-        retry_delay_seconds: float = 1.0,
+        retry_schedule: Sequence[float] = ROCKETMQ_RETRY_SCHEDULE,
         **consumer_options: Any,
     ) -> None:
-        super().__init__(
-            group, subscriptions, listener, endpoint, retry_delay_seconds, consumer_options
-        )
+        super().__init__(group, subscriptions, listener, endpoint, retry_schedule, consumer_options)
         self.concurrency = concurrency
         self._loop: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(concurrency)
@@ -414,6 +453,8 @@ class AsyncPushConsumer(
                 if ok:
                     await self.consumer.ack(message)
                 else:
-                    await self.consumer.change_invisible_duration(message, self.retry_delay_seconds)
+                    await self.consumer.change_invisible_duration(
+                        message, self._retry_delay(message)
+                    )
         finally:
             self._slots.release()

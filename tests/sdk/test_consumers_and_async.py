@@ -80,7 +80,7 @@ def test_push_consumer_acks_successes_and_retries_failures(server: LiveServer) -
         return ConsumeResult.SUCCESS
 
     with PushConsumer(
-        "shipping", {"orders": "*"}, listener, server.url, threads=2, retry_delay_seconds=0.2
+        "shipping", {"orders": "*"}, listener, server.url, threads=2, retry_schedule=[0.2]
     ):
         _send(server.url, COMMIT, COMMIT, ROLLBACK)
         eventually(lambda: ("m1", 2) in seen)
