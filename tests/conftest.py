@@ -31,6 +31,9 @@ from coordinator.domain.access import Grants
 from coordinator.http import create_app
 from coordinator.http.protocol import CoalescingHttpToolsProtocol
 
+# No process a test started may outlive the session (checked at its end).
+from tests.leftovers import pytest_sessionfinish, pytest_sessionstart  # noqa: F401
+
 _embedded: dict[str, object] = {}
 
 

@@ -9,18 +9,21 @@ running behind it. Every wait is bounded.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from bench.server import free_port
 from tests.push_receiver import PushReceiver, Received
@@ -43,7 +46,7 @@ def kill_group(process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> N
         os.killpg(process.pid, sig)
 
 
-def _exited(process: subprocess.Popen[bytes], timeout: float) -> bool:
+def exited_within(process: subprocess.Popen[bytes], timeout: float) -> bool:
     """Wait for the leader to exit without reaping it (see kill_group)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -60,11 +63,70 @@ def _exited(process: subprocess.Popen[bytes], timeout: float) -> bool:
 def stop_group(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM the group, give it time to stop, then SIGKILL whatever is left; reap."""
     kill_group(process, signal.SIGTERM)
-    _exited(process, STOP_SECONDS)
+    exited_within(process, STOP_SECONDS)
     # Whatever the leader did, nothing of its group may outlive the test.
     kill_group(process, signal.SIGKILL)
     with suppress(subprocess.TimeoutExpired):
         process.wait(timeout=STOP_SECONDS)
+
+
+def postmasters_of(pgdata: Path) -> list[int]:
+    """The pids of the live (not zombie) PostgreSQL servers on `pgdata`, or under it.
+
+    Found by their command line (`postgres -D PGDATA ...`, as pg_ctl starts
+    them), not by postmaster.pid, which a killed server leaves behind.
+    """
+    wanted = pgdata.resolve()
+    found = []
+    for process in psutil.process_iter(["name", "cmdline", "status"]):
+        info = process.info
+        if info["name"] != "postgres" or info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        cmdline = info["cmdline"] or []
+        data = [cmdline[i + 1] for i, arg in enumerate(cmdline[:-1]) if arg == "-D"]
+        if any(Path(d) == wanted or wanted in Path(d).parents for d in data):
+            found.append(process.pid)
+    return found
+
+
+@contextmanager
+def postgres_stopped_at_the_end(pgdata: Path) -> Iterator[None]:
+    """Stop every PostgreSQL server on `pgdata` (or under it) when the block ends, however
+    it ends.
+
+    For tests that start a coordinator on the embedded server and may fail (or
+    SIGKILL it) before it stops the server: the test asserts what the
+    coordinator should have done, this makes sure nothing outlives the test.
+    """
+    try:
+        yield
+    finally:
+        for pid in postmasters_of(pgdata):
+            with suppress(psutil.NoSuchProcess):
+                server = psutil.Process(pid)
+                server.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown
+                try:
+                    server.wait(STOP_SECONDS)
+                except psutil.TimeoutExpired:
+                    server.kill()
+
+
+@contextmanager
+def embedded_data_dir() -> Iterator[Path]:
+    """A directory for embedded PostgreSQL data: its servers stopped, itself removed, at the end.
+
+    Not under pytest's tmp_path: run as root, pgserver runs postgres as a user
+    of its own, which must traverse the directory's parents, and every pytest
+    session that starts makes /tmp/pytest-of-<user> private again. A server
+    under it then fails to start (initdb) or to stop (its shutdown checkpoint
+    PANICs) whenever another session starts at that moment.
+    """
+    path = Path(tempfile.mkdtemp(prefix="coordinator-embedded-"))
+    try:
+        with postgres_stopped_at_the_end(path):
+            yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def clean_environment(extra: Mapping[str, str]) -> dict[str, str]:
@@ -97,15 +159,42 @@ def settings_environment(**settings: object) -> dict[str, str]:
     return {f"COORDINATOR_{name.upper()}": str(value) for name, value in settings.items()}
 
 
+def exit_status(process: subprocess.Popen[bytes]) -> int | None:
+    """The exit status of a leader that exited (reaped or not), else None; -N: signal N."""
+    with suppress(ChildProcessError):
+        found = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if found is not None:
+            return found.si_status if found.si_code == os.CLD_EXITED else -found.si_status
+    return process.returncode
+
+
+def live_processes(pids: Iterable[int]) -> list[int]:
+    """Those of `pids` still running (a zombie is not)."""
+    alive = []
+    for pid in pids:
+        with suppress(psutil.NoSuchProcess):
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+    return alive
+
+
 @contextmanager
 def coordinator_serve(
-    database_url: str, workdir: Path, name: str = "serve", **settings: object
+    database_url: str | None,
+    workdir: Path,
+    name: str = "serve",
+    global_args: Sequence[str] = (),
+    serve_args: Sequence[str] = (),
+    **settings: object,
 ) -> Iterator[ServeProcess]:
-    """`coordinator --database-url URL serve` on a free port, healthy when yielded.
+    """`coordinator --database-url URL [global_args] serve [serve_args]` on a free port,
+    healthy when yielded.
 
-    Always on a given database: a SIGKILLed coordinator that had started the
-    embedded PostgreSQL would leave it running. The output goes to a file, not
-    a pipe nobody reads, which a chatty server under load would fill and block on.
+    With `database_url` None, on the embedded PostgreSQL (give `data_dir`): a
+    coordinator SIGKILLed (or one that fails) would leave that server running,
+    so such a test runs in `postgres_stopped_at_the_end(data_dir / "pgdata")`.
+    The output goes to a file, not a pipe nobody reads, which a chatty server
+    under load would fill and block on.
     """
     port = free_port()
     log = workdir / f"{name}-{port}.log"
@@ -115,11 +204,12 @@ def coordinator_serve(
                 sys.executable,
                 "-m",
                 "coordinator",
-                "--database-url",
-                database_url,
+                *(["--database-url", database_url] if database_url else []),
+                *global_args,
                 "serve",
                 "--port",
                 str(port),
+                *serve_args,
             ],
             cwd=workdir,
             env=clean_environment(settings_environment(**settings)),

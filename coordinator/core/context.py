@@ -6,8 +6,9 @@ Services (delivery, check-back) take a `CoreContext`, never the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator.config import Settings
 from coordinator.db.notifier import Notifier
@@ -25,3 +26,6 @@ class CoreContext:
     # Long polls (check requests, receives) wait on the notifier; without one
     # (CLI commands) they fall back to polling.
     notifier: Notifier | None = None
+    # Set once the server shuts down: long polls answer at once with what
+    # they have (nothing), and a check-back round ends after its batch.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)

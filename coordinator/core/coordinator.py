@@ -17,6 +17,7 @@ from coordinator.core.context import CoreContext
 from coordinator.core.delivery import Delivery
 from coordinator.core.group_commit import GroupCommitter, Item, Result, RunBatch
 from coordinator.core.ids import new_message_id
+from coordinator.core.overview import OverviewReader
 from coordinator.core.tokens import Tokens
 from coordinator.db.notifier import CHANNELS, Notifier
 from coordinator.db.pool import CoordinatorPool, open_pool
@@ -47,6 +48,8 @@ class Coordinator:
         self.tokens = Tokens(context)  # API tokens: create, list, revoke
         # producers, check-back rounds, operator actions
         self.checkback = CheckBack(context, self.end)
+        # the figures of the status page, `coordinator status` and /metrics' gauges
+        self.overview = OverviewReader(context)
         # Single prepares, sends and ends are group-committed (see group_commit.py).
         self._prepares = self._group_committer(self._inserter(transactional=True))
         self._sends = self._group_committer(self._inserter(transactional=False))
@@ -82,6 +85,20 @@ class Coordinator:
             if notifier is not None:
                 await notifier.stop()
             await pool.close()
+
+    def begin_shutdown(self) -> None:
+        """The server stops: every long poll answers now, with what it has.
+
+        Idempotent, and not a close: requests in flight finish, and new ones
+        are served (a long poll among them answers without waiting).
+        """
+        self.context.stopping.set()
+        if self.notifier is not None:
+            self.notifier.wake_all()
+
+    @property
+    def stopping(self) -> bool:
+        return self.context.stopping.is_set()
 
     def _inserter(self, *, transactional: bool) -> RunBatch[NewMessage, SendResult]:
         async def run(

@@ -12,6 +12,7 @@ max_delivery_attempts is used up and it moves to the group's dead letters.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -19,6 +20,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from coordinator import metrics
 from coordinator.core.context import CoreContext
 from coordinator.db.notifier import DELIVERIES_CHANNEL
 from coordinator.db.notifier import Subscription as Waiter
@@ -58,6 +60,8 @@ from coordinator.domain.rules import (
     delivery_id_of,
     parse_tag_expression,
 )
+
+log = logging.getLogger(__name__)
 
 
 class Delivery:
@@ -206,7 +210,7 @@ class Delivery:
                 if buried:
                     continue  # the messages behind the buried ones may be receivable
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self._context.stopping.is_set():
                     return []
                 pause = min(remaining, self.poll_interval_seconds)
                 if waiter is None:
@@ -224,6 +228,11 @@ class Delivery:
         async with self._context.pool.connection() as conn:
             rows = await fetch_all(conn, "claim_deliveries", params)
         received = [_received(row) for row in rows if not row["dead_lettered"]]
+        if len(received) < len(rows):
+            _log_dead_lettered(rows)
+        metrics.count_redeliveries(
+            params["consumer_group"], sum(1 for m in received if m.delivery_attempt > 1)
+        )
         return received, len(rows) - len(received)
 
     # -- ack and invisible duration -----------------------------------------
@@ -385,6 +394,24 @@ class Delivery:
         async with self._context.pool.connection() as conn:
             rows = await fetch_all(conn, "consumer_lag", {"consumer_group": consumer_group})
         return [record_from_row(ConsumerLag, row) for row in rows]
+
+
+def _log_dead_lettered(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        if row["dead_lettered"]:
+            log.info(
+                "message %s moved to the dead letters of consumer group %s after %d deliveries",
+                row["message_id"],
+                row["consumer_group"],
+                row["attempts"],
+                extra={
+                    "message_id": row["message_id"],
+                    "transaction_id": row["transaction_id"],
+                    "offset": row["message_offset"],
+                    "consumer_group": row["consumer_group"],
+                    "topic": row["topic"],
+                },
+            )
 
 
 def _handle_refused(consumer_group: str, receipt_handle: str, *, found: bool) -> CoordinatorError:

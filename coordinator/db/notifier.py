@@ -44,7 +44,10 @@ class Subscription:
     async def wait(self, timeout: float) -> bool:
         """Wait for a notification (True) or the timeout (False); then re-arm."""
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
+            # Not wait_for: up to Python 3.11 it swallows a cancellation that
+            # comes as the event is set, and the waiter's task would run on.
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
             return True
         except TimeoutError:
             return False
@@ -84,7 +87,7 @@ class Notifier:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        self._wake_all()
+        self.wake_all()
 
     @contextlib.asynccontextmanager
     async def subscribe(
@@ -99,7 +102,8 @@ class Notifier:
         finally:
             self._subscriptions[channel].discard(subscription)
 
-    def _wake_all(self) -> None:
+    def wake_all(self) -> None:
+        """Wake every waiter now, to look again (and see why it was woken)."""
         for subscriptions in self._subscriptions.values():
             for subscription in subscriptions:
                 subscription.wake()
@@ -114,7 +118,7 @@ class Notifier:
                         await conn.execute(f'LISTEN "{channel}"')
                     self._listening.set()
                     # Anything committed while we were not listening: poll now.
-                    self._wake_all()
+                    self.wake_all()
                     async for notification in conn.notifies():
                         for subscription in tuple(self._subscriptions[notification.channel]):
                             subscription._notify(notification.payload)
@@ -125,5 +129,5 @@ class Notifier:
                 if self.on_connection_lost is not None:
                     self.on_connection_lost()
             self._listening.clear()
-            self._wake_all()
+            self.wake_all()
             await asyncio.sleep(self.reconnect_delay)

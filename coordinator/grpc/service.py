@@ -128,6 +128,10 @@ class MessagingService:
         for name, unsupported in _UNSUPPORTED.items():
             setattr(self, name, self._unsupported(name, unsupported))
 
+    def begin_close(self) -> None:
+        """The server stops: Telemetry streams end (receives end with the core's stopping)."""
+        self.telemetry.begin_close()
+
     async def close(self) -> None:
         await self.telemetry.close()
 

@@ -75,6 +75,7 @@ class TelemetryDoor:
         self.on_subscription: Subscribe | None = None
         self._streams: dict[str, set[_Stream]] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
+        self._closing = asyncio.Event()  # the server stops: every stream ends
 
     async def serve(
         self, request_iterator: AsyncIterator[Any], context: Any, caller: Caller
@@ -91,10 +92,39 @@ class TelemetryDoor:
         stream = _Stream(self, context, caller, caller.client_id)
         self._streams.setdefault(caller.client_id, set()).add(stream)
         try:
-            async for command in request_iterator:
+            async for command in self._until_closing(request_iterator):
                 await stream.handle(command)
         finally:
             self._closed(stream)
+
+    async def _until_closing(self, commands: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """The client's commands, until it ends its stream or the door closes.
+
+        On closing the handler returns, so the client sees its stream end with
+        OK rather than the CANCELLED of a server that stopped under it.
+        """
+        commands = aiter(commands)
+        closing = asyncio.ensure_future(self._closing.wait())
+        command: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                command = asyncio.ensure_future(anext(commands))
+                await asyncio.wait((command, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not command.done():
+                    return
+                try:
+                    received = command.result()
+                except StopAsyncIteration:
+                    return
+                yield received
+        finally:
+            closing.cancel()
+            if command is not None:
+                command.cancel()
+
+    def begin_close(self) -> None:
+        """End every stream now (and any opened from here on)."""
+        self._closing.set()
 
     def _closed(self, stream: _Stream) -> None:
         streams = self._streams.get(stream.client_id, set())
@@ -245,7 +275,8 @@ class _Stream:
             settings.producer_ttl_seconds / 3,
             settings.max_long_poll_seconds,
         )
-        while True:
+        # Until the core stops: its polls then answer at once, with nothing.
+        while not self.door.core.stopping:
             try:
                 requests = await self.door.core.checkback.poll(
                     topic,

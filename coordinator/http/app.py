@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -14,11 +15,14 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator, open_allowed, running_authenticator
 from coordinator.core.checkback.scheduler import running_check_scheduler
+from coordinator.http.api_docs import install_api_docs
 from coordinator.http.checkback import router as checkback_router
 from coordinator.http.consumers import router as consumers_router
 from coordinator.http.errors import install_error_handlers
 from coordinator.http.hot_routes import HotRoutes
+from coordinator.http.protocol import BEGIN_SHUTDOWN
 from coordinator.http.routes import router
+from coordinator.http.status_page import install_status_page
 
 
 def create_app(database_url: str, settings: Settings | None = None) -> HotRoutes:
@@ -26,7 +30,7 @@ def create_app(database_url: str, settings: Settings | None = None) -> HotRoutes
     settings = settings or Settings()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         async with Coordinator.connect(database_url, settings, listen=True) as core:
             app.state.coordinator = core
             async with running_authenticator(
@@ -38,18 +42,30 @@ def create_app(database_url: str, settings: Settings | None = None) -> HotRoutes
                     running_check_scheduler(core.checkback.run_round, core.settings),
                     _grpc_door(core, authenticator, settings),
                 ):
-                    yield
+                    try:
+                        # uvicorn's protocol calls it as the server starts to
+                        # stop, when requests are still in flight (protocol.py).
+                        yield {BEGIN_SHUTDOWN: core.begin_shutdown}
+                    finally:
+                        # Before the door and the scheduler stop: their long
+                        # polls and round end first.
+                        core.begin_shutdown()
 
     app = FastAPI(
         title="coordinator",
         version=__version__,
         description="Transactional messages (RocketMQ semantics) with all state in PostgreSQL.",
         lifespan=lifespan,
+        # /docs from the package, not a CDN; no /redoc (api_docs.py)
+        docs_url=None,
+        redoc_url=None,
     )
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(consumers_router)
     app.include_router(checkback_router)
+    install_status_page(app)
+    install_api_docs(app)
     return HotRoutes(app, max_bytes=settings.max_request_bytes)
 
 

@@ -14,6 +14,11 @@ keep-alive connections only, so a client trickling its headers or body a
 byte at a time held a connection, and its slot under max_connections, for
 ever. A request not received whole in time is answered 408 and closed.
 
+And when the server starts to stop, it tells the app (the function under
+BEGIN_SHUTDOWN in the lifespan's state) before uvicorn waits for the
+requests in flight, so that long polls answer at once instead of holding
+the stop for their whole wait.
+
 uvicorn builds the protocol with keyword arguments only, so the limits come
 in as more of them: `functools.partial(CoalescingHttpToolsProtocol,
 max_connections=N, request_read_timeout=S)` is the `http` protocol class,
@@ -27,6 +32,12 @@ import json
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from coordinator.metrics import HTTP_METER
+
+# The key under which the app's lifespan state holds the function that
+# starts its shutdown (see CoalescingHttpToolsProtocol.shutdown).
+BEGIN_SHUTDOWN = "coordinator.begin_shutdown"
 
 # Joined writes are sent at once from this size on: a long response written
 # within one turn is not held in memory, and the real transport's flow
@@ -161,6 +172,16 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self._stop_read_timer()
         super().connection_lost(exc)
 
+    def shutdown(self) -> None:
+        # uvicorn calls this on every open connection as it starts to stop,
+        # then waits for the requests in flight, and only then tells the app
+        # (lifespan). A long poll would hold the shutdown for its whole wait:
+        # the app ends them now, with an empty answer.
+        begin_shutdown = self.app_state.get(BEGIN_SHUTDOWN)
+        if begin_shutdown is not None:
+            begin_shutdown()
+        super().shutdown()
+
     def _start_read_timer(self) -> None:
         if self.request_read_timeout is not None and self._read_timer is None:
             self._read_timer = self.loop.call_later(
@@ -183,6 +204,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             # client left (http.disconnect) when the connection closes.
             assert self.request_read_timeout is not None
             self.transport.write(_request_timeout(self.request_read_timeout))
+            # Answered here, never by the app: counted here (no method, no route).
+            HTTP_METER.observe(("-", "(request timeout)", 408), 0, None)
         self.transport.close()
 
     def _refuse(self, transport: asyncio.Transport, limit: int) -> None:
@@ -192,3 +215,4 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         transport.write(_too_many_connections(limit))
         if transport.can_write_eof():
             transport.write_eof()  # the client reads the answer to its end at once
+        HTTP_METER.observe(("-", "(too many connections)", 429), 0, None)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ from bench.server import free_port, serve_process
 from coordinator.core.tokens import secret_sha256
 from coordinator.db.queries import execute_sync
 from tests.factories import GROUP, TOPIC
+from tests.processes import embedded_data_dir, postmasters_of
 
 pytestmark = pytest.mark.slow
 
@@ -45,18 +45,20 @@ def _prepare(url: str, n: int) -> list[dict]:
     ]
 
 
-def test_serve_with_no_database_url_runs_an_embedded_postgres(tmp_path: Path) -> None:
-    with serve(tmp_path) as url:
-        (sent,) = _prepare(url, 1)
-        ended = httpx.post(
-            f"{url}/v1/transactions/{sent['transaction_id']}/end",
-            json={"producer_group": GROUP, "resolution": "commit"},
-        )
-        assert ended.json()["state"] == "committed"
-    pgdata = tmp_path / ".coordinator" / "pgdata"
-    assert (pgdata / "PG_VERSION").exists()
-    # stopped with the coordinator (SIGTERM): no postgres left running
-    assert not (pgdata / "postmaster.pid").exists()
+def test_serve_with_no_database_url_runs_an_embedded_postgres() -> None:
+    with embedded_data_dir() as workdir:
+        with serve(workdir) as url:
+            (sent,) = _prepare(url, 1)
+            ended = httpx.post(
+                f"{url}/v1/transactions/{sent['transaction_id']}/end",
+                json={"producer_group": GROUP, "resolution": "commit"},
+            )
+            assert ended.json()["state"] == "committed"
+        pgdata = workdir / ".coordinator" / "pgdata"
+        assert (pgdata / "PG_VERSION").exists()
+        # stopped with the coordinator (SIGTERM): no postgres left running
+        assert postmasters_of(pgdata) == []
+        assert not (pgdata / "postmaster.pid").exists()
 
 
 def test_serve_with_a_database_url_never_starts_a_server(tmp_path: Path, database_url: str) -> None:
@@ -65,30 +67,10 @@ def test_serve_with_a_database_url_never_starts_a_server(tmp_path: Path, databas
     assert not (tmp_path / ".coordinator").exists()
 
 
-@contextmanager
-def _postgres_stopped_at_the_end(pgdata: Path) -> Iterator[None]:
-    """Stop the embedded Postgres under pgdata when the block ends, however it ends.
-
-    pgserver counts the processes using a server by pid and stops it when the
-    last one exits; a SIGKILLed coordinator never takes its pid off that list,
-    so the coordinator that adopts the server after it leaves it running.
-    """
-    try:
-        yield
-    finally:
-        pid_file = pgdata / "postmaster.pid"
-        with suppress(FileNotFoundError, ValueError, IndexError, ProcessLookupError):
-            pid = int(pid_file.read_text().split()[0])
-            os.kill(pid, signal.SIGINT)  # Postgres's fast shutdown
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                os.kill(pid, 0)  # ProcessLookupError once it is gone
-                time.sleep(0.1)
-
-
 def test_a_killed_coordinator_loses_no_acknowledged_message(tmp_path: Path) -> None:
-    data = {"COORDINATOR_DATA_DIR": str(tmp_path / "data")}
-    with _postgres_stopped_at_the_end(tmp_path / "data" / "pgdata"):
+    with embedded_data_dir() as data_dir:
+        data = {"COORDINATOR_DATA_DIR": str(data_dir)}
+        pgdata = data_dir / "pgdata"
         with serve_process(cwd=tmp_path, env=data) as server:
             acknowledged = _prepare(server.url, 20)
             server.process.kill()  # SIGKILL: no shutdown hooks run
@@ -103,6 +85,11 @@ def test_a_killed_coordinator_loses_no_acknowledged_message(tmp_path: Path) -> N
                 json={"producer_group": GROUP, "resolution": "commit"},
             )
             assert commit.json()["changed"] is True
+
+        # The killed coordinator never said it stopped using the server; the
+        # one that took over, the last user alive, stops it when it stops.
+        assert postmasters_of(pgdata) == []
+        assert not (pgdata / "postmaster.pid").exists()
 
 
 def test_serve_with_several_workers_shares_the_port_and_the_database(

@@ -22,6 +22,10 @@ from coordinator.domain.errors import DatabaseUnavailable
 log = logging.getLogger(__name__)
 
 JOB_ID = "check-back-round"
+# How long a stopping server lets the running round finish. A round stops
+# after the batch it is at when the server stops, but pushes in that batch
+# may each take check_push_timeout_seconds.
+ROUND_FINISH_SECONDS = 30.0
 
 
 class CheckScheduler:
@@ -52,30 +56,44 @@ class CheckScheduler:
         )
         self._scheduler.start()
 
-    async def stop(self) -> None:
-        self._scheduler.shutdown(wait=False)
+    async def stop(self, finish_seconds: float = ROUND_FINISH_SECONDS) -> None:
+        """No new round; the one running finishes (its batch, see run_round), within bounds."""
+        # Paused, not shut down yet: APScheduler's shutdown cancels the jobs
+        # that run.
+        self._scheduler.pause()
         running = self._running
         if running is not None and not running.done():
-            # A round cut short loses nothing: an uncommitted claim rolls back,
-            # a committed one only waits for the message's next check.
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
+            try:
+                async with asyncio.timeout(finish_seconds):
+                    await asyncio.shield(running)
+            except TimeoutError:
+                # A round cut short loses nothing: an uncommitted claim rolls
+                # back, a committed one only waits for the message's next check.
+                log.warning("check-back round still running after %g s: cut short", finish_seconds)
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
+        self._scheduler.shutdown(wait=False)
 
     async def _run_round(self) -> None:
         self._running = asyncio.current_task()
         try:
             result = await self._run_round_once()
-            if result.claimed:
+            if result.claimed:  # a round that found nothing due says nothing
+                counts = {
+                    "checked": len(result.checked),
+                    "waiting": len(result.waiting),
+                    "discarded": len(result.discarded),
+                    "expired": len(result.expired),
+                    "pushed": result.pushed,
+                    "push_failures": result.push_failures,
+                }
                 log.info(
-                    "check-back round: %d checked, %d waiting for a producer, %d discarded, "
-                    "%d expired, %d pushed, %d push failures",
-                    len(result.checked),
-                    len(result.waiting),
-                    len(result.discarded),
-                    len(result.expired),
-                    result.pushed,
-                    result.push_failures,
+                    "check-back round: %(checked)d checked, %(waiting)d waiting for a producer, "
+                    "%(discarded)d discarded, %(expired)d expired, %(pushed)d pushed, "
+                    "%(push_failures)d push failures",
+                    counts,
+                    extra=counts,  # the same figures as fields of a JSON line
                 )
         except asyncio.CancelledError:
             return  # stopping

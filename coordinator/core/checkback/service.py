@@ -86,6 +86,8 @@ class CheckBack:
             await self.dispatch(claimed, result)
             if len(claimed) < self._context.settings.check_batch_size:
                 break
+            if self._context.stopping.is_set():
+                break  # the rest stays due: the next round, on any node, takes it
         metrics.CHECK_ROUND_SECONDS.observe(time.perf_counter() - started)
         return result
 
@@ -113,6 +115,7 @@ class CheckBack:
             )
         claimed = [_claimed(row) for row in rows]
         self._count_claimed(claimed)
+        _report_ended(rows)
         return claimed
 
     async def dispatch(
@@ -181,6 +184,7 @@ class CheckBack:
                 claimed.transaction_id,
                 claimed.check_url,
                 outcome.detail,
+                extra=_claim_fields(claimed),
             )
             return outcome
         metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.PUSH.value).inc()
@@ -207,6 +211,7 @@ class CheckBack:
                 resolution.value,
                 claimed.transaction_id,
                 error.message,
+                extra=_claim_fields(claimed),
             )
 
     def _count_claimed(self, claimed: list[ClaimedCheck]) -> None:
@@ -251,7 +256,7 @@ class CheckBack:
             while True:
                 taken = await self._take(producer_group, instance_id, max_requests)
                 remaining = deadline - loop.time()
-                if taken or remaining <= 0:
+                if taken or remaining <= 0 or self._context.stopping.is_set():
                     return taken
                 pause = min(remaining, settings.check_poll_fallback_seconds)
                 if wake_up is None:
@@ -295,24 +300,55 @@ class CheckBack:
 
     # --- metrics --------------------------------------------------------------
     async def refresh_gauges(self) -> None:
-        """Read the gauges that reflect database state (at scrape time)."""
-        async with self._context.pool.connection() as conn:
-            outstanding = await fetch_all(conn, "outstanding_half_messages", {})
-            instances = await fetch_all(
-                conn,
-                "producer_instance_counts",
-                {"producer_ttl_seconds": self._context.settings.producer_ttl_seconds},
-            )
-        metrics.set_outstanding(
-            [(r["producer_group"], r["topic"], r["messages"]) for r in outstanding]
-        )
-        metrics.set_producer_instances(
-            [(r["producer_group"], r["live"], r["registered"]) for r in instances]
-        )
+        """Read the pool's gauges (at scrape time); the database's come from the overview."""
+        # Before asking the pool for a connection: when it has none to give,
+        # this scrape shows the requests waiting for one (this one is not yet).
+        metrics.set_pool_stats(self._context.pool.get_stats())
 
 
 def _request(row: dict[str, Any]) -> CheckRequest:
     return CheckRequest.from_row(row)
+
+
+def _claim_fields(claimed: ClaimedCheck) -> dict[str, Any]:
+    """The ids a log line about a claimed message carries (logs.py writes them as fields)."""
+    return {
+        "transaction_id": claimed.transaction_id,
+        "message_id": claimed.request.message_id if claimed.request is not None else None,
+        "offset": claimed.offset,
+        "producer_group": claimed.producer_group,
+        "check_count": claimed.check_count,
+    }
+
+
+_ENDED_BY = {
+    ClaimAction.DISCARD.value: (MessageState.DISCARDED, Source.DISCARD),
+    ClaimAction.EXPIRE.value: (MessageState.EXPIRED, Source.EXPIRY),
+}
+
+
+def _report_ended(rows: list[dict[str, Any]]) -> None:
+    """Time and log the half messages a claim discarded or expired (committed by then)."""
+    for row in rows:
+        ended = _ENDED_BY.get(row["action"])
+        if ended is None:
+            continue
+        state, source = ended
+        metrics.observe_resolution_latency(state, source, row["age_seconds"])
+        log.info(
+            "transaction %s %s after %d check-backs, %.0f s after its prepare",
+            row["transaction_id"],
+            state.value,
+            row["check_count"],
+            row["age_seconds"],
+            extra={
+                "transaction_id": row["transaction_id"],
+                "message_id": row["message_id"],
+                "offset": row["message_offset"],
+                "producer_group": row["producer_group"],
+                "topic": row["topic"],
+            },
+        )
 
 
 def _claimed(row: dict[str, Any]) -> ClaimedCheck:
