@@ -7,16 +7,19 @@ them one to one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
 ENV_PREFIX = "COORDINATOR_"
+# What libpq and SQLAlchemy both read as a PostgreSQL server (Alembic needs a URL).
+POSTGRESQL_URL = re.compile(r"^(postgres|postgresql)(\+\w+)?://")
 
 
 def env_name(field: str) -> str:
@@ -43,8 +46,9 @@ class SettingsError(ValueError):
         cls, error: ValidationError, names: Mapping[str, str] | None = None
     ) -> SettingsError:
         problems = [
-            SettingsProblem(".".join(map(str, e["loc"])), e["input"], e["msg"])
+            SettingsProblem(field, _shown(field, e["input"]), e["msg"])
             for e in error.errors()
+            for field in [".".join(map(str, e["loc"]))]
         ]
         return cls(problems, names)
 
@@ -65,6 +69,8 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         default=Path(".coordinator"),
+        # The default too becomes absolute (see _absolute).
+        validate_default=True,
         description="Where the embedded PostgreSQL keeps its data (only without database_url).",
     )
     host: str = Field(default="127.0.0.1", description="HTTP listen address.")
@@ -199,6 +205,17 @@ class Settings(BaseSettings):
         description="A waiting long poll looks for check requests this often without a wake-up.",
     )
 
+    # --- Logs ---
+    log_format: Literal["auto", "json", "text"] = Field(
+        default="auto",
+        description="Server log lines: JSON objects (json), text (text), or JSON unless stderr "
+        "is a terminal (auto).",
+    )
+    access_log: bool = Field(
+        default=True,
+        description="`coordinator serve` logs a line per HTTP request and gRPC call.",
+    )
+
     # --- Security and limits ---
     insecure: bool = Field(
         default=False,
@@ -249,6 +266,23 @@ class Settings(BaseSettings):
         description="How often a server rereads the tokens without being notified of a change.",
     )
 
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, url: str | None) -> str | None:
+        if not url:  # an empty variable means unset, as libpq reads it
+            return None
+        if not POSTGRESQL_URL.match(url):
+            raise ValueError("not a PostgreSQL URL: give postgresql://USER@HOST:PORT/DATABASE")
+        return url
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, path: Path) -> Path:
+        # Resolved once, against the directory the process starts in: a
+        # relative path carried around would name another database wherever a
+        # later step (a worker, a command run elsewhere) looked it up.
+        return path.expanduser().resolve()
+
     @property
     def max_check_immunity_seconds(self) -> float:
         # A check immunity longer than retention would expire the message before
@@ -294,6 +328,15 @@ class Settings(BaseSettings):
             return type(self).model_validate({**self.model_dump(), **changes})
         except ValidationError as error:
             raise SettingsError.from_validation(error) from None
+
+
+def _shown(field: str, value: Any) -> Any:
+    """A wrong value as an error message may show it: never a password."""
+    if field == "database_url" and isinstance(value, str):
+        return re.sub(r"://([^:/@]+):[^@]+@", r"://\1:***@", value)
+    if field == "check_push_secret":
+        return "***"
+    return value
 
 
 def _env_value(value: Any) -> str:

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import typer
 
-from coordinator.cli import consumers, db, inspect, operator, serve, tokens
+from coordinator import logs
+from coordinator.cli import (
+    config_show,
+    consumers,
+    db,
+    inspect,
+    operator,
+    psql,
+    serve,
+    status,
+    tokens,
+)
 from coordinator.cli import pipeline as pipeline_cli
-from coordinator.cli.common import make_settings
+from coordinator.cli.common import cli_state, remember_global_flag
+from coordinator.cli.global_options import CoordinatorGroup
+from coordinator.cli.sources import CONFIG_VARIABLE
 
 app = typer.Typer(
     name="coordinator",
-    help="Transactional messages (RocketMQ semantics) with all state in PostgreSQL.",
+    cls=CoordinatorGroup,
+    help="Transactional messages (RocketMQ semantics) with all state in PostgreSQL. "
+    "--database-url, --data-dir and --config may also follow the command.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # Help texts say "[default: ...]" literally; do not read them as markup.
@@ -24,32 +38,49 @@ app = typer.Typer(
 @app.callback()
 def main_options(
     ctx: typer.Context,
+    # The environment and the config file are read with every other setting
+    # (cli/sources.py), which knows where each value came from.
     database_url: str | None = typer.Option(
         None,
         "--database-url",
-        envvar="COORDINATOR_DATABASE_URL",
-        help="PostgreSQL URL. Unset: use the embedded server under --data-dir.",
-        show_envvar=True,
+        metavar="URL",
+        help="PostgreSQL URL [env: COORDINATOR_DATABASE_URL]. Unset: the embedded server "
+        "under --data-dir.",
     ),
     data_dir: Path | None = typer.Option(
         None,
         "--data-dir",
-        envvar="COORDINATOR_DATA_DIR",
-        help="Data directory of the embedded server [default: .coordinator].",
-        show_envvar=True,
+        metavar="DIR",
+        help="Data directory of the embedded server [env: COORDINATOR_DATA_DIR; "
+        "default: .coordinator].",
     ),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log more."),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        metavar="FILE",
+        help=f"TOML file of settings [env: {CONFIG_VARIABLE}]; the environment and flags win "
+        "over it.",
+    ),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Log more, and say which database is used."
+    ),
 ) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    ctx.ensure_object(dict)["settings"] = make_settings(database_url, data_dir)
+    # --database-url, --data-dir and --config may also come after the command
+    # (global_options.py); settings are read when the command needs them.
+    logs.configure(verbose=verbose)
+    state = cli_state(ctx)
+    state["verbose"], state["config_file"] = verbose, config
+    remember_global_flag(ctx, "database_url", database_url)
+    remember_global_flag(ctx, "data_dir", data_dir)
 
 
 app.command("serve")(serve.serve)
 app.add_typer(db.app, name="db")
-app.command("status")(inspect.status)
+app.command("psql", context_settings=psql.PASS_ARGUMENTS_ON, options_metavar="[PSQL ARGS]...")(
+    psql.psql
+)
+app.add_typer(config_show.app, name="config")
+app.command("status")(status.status)
 app.add_typer(inspect.tx_app, name="tx")
 operator.add_tx_commands(inspect.tx_app)  # tx recheck | commit | rollback
 app.command("producers")(operator.producers)

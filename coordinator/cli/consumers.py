@@ -5,10 +5,23 @@ from __future__ import annotations
 from datetime import datetime
 
 import typer
-from rich.table import Table
 
-from coordinator.cli.common import EXIT_USAGE, console, fail, open_core, run_async
-from coordinator.domain.delivery import ConsumerLag
+from coordinator.cli.common import (
+    EXIT_USAGE,
+    JSON_OPTION,
+    console,
+    fail,
+    open_core,
+    print_json,
+    run_async,
+)
+from coordinator.cli.tables import Column, print_table
+from coordinator.http.consumer_schemas import (
+    ConsumerLagOut,
+    DeadLetterOut,
+    DeadLettersOut,
+    SubscriptionOut,
+)
 
 dlq_app = typer.Typer(
     help="List and requeue dead letters (messages out of delivery attempts).",
@@ -20,57 +33,61 @@ def _when(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S") if at else "-"
 
 
-def lag_table(lags: list[ConsumerLag]) -> Table:
-    """Per consumer group and topic: unacked, in flight, dead letters (also in `status`)."""
-    table = Table(title="Consumer lag")
-    for column in ("consumer group", "topic"):
-        table.add_column(column)
-    for column in ("lag", "in flight", "dead letters", "oldest pending"):
-        table.add_column(column, justify="right")
-    for lag in lags:
-        table.add_row(
-            lag.consumer_group,
-            lag.topic,
-            f"{lag.lag:,}",
-            f"{lag.in_flight:,}",
-            f"{lag.dead_letters:,}",
-            _when(lag.oldest_pending_at),
-        )
-    return table
-
-
 @run_async
 async def subscriptions(
     ctx: typer.Context,
     group: str | None = typer.Option(None, "--group", "-g", help="Only this consumer group."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Consumer groups' subscriptions with their lag."""
     async with open_core(ctx) as core:
         found = await core.delivery.subscriptions(group)
-        lags = {(x.consumer_group, x.topic): x for x in await core.delivery.lag(group)}
-    table = Table(title="Subscriptions")
-    for column in ("consumer group", "topic", "expression", "fifo"):
-        table.add_column(column)
-    for column in ("max attempts", "lag", "in flight", "dead letters"):
-        table.add_column(column, justify="right")
-    table.add_column("since")
-    for s in found:
-        lag = lags.get((s.consumer_group, s.topic))
-        table.add_row(
-            s.consumer_group,
-            s.topic,
-            s.expression,
-            "yes" if s.fifo else "no",
-            str(s.max_delivery_attempts),
-            f"{lag.lag:,}" if lag else "0",
-            f"{lag.in_flight:,}" if lag else "0",
-            f"{lag.dead_letters:,}" if lag else "0",
-            _when(s.created_at),
+        lag_list = await core.delivery.lag(group)
+    if as_json:
+        # The answers of GET .../subscriptions and GET .../lag, side by side.
+        print_json(
+            {
+                "subscriptions": [SubscriptionOut.of(s).model_dump(mode="json") for s in found],
+                "lag": [ConsumerLagOut.of(x).model_dump(mode="json") for x in lag_list],
+            }
         )
+        return
     if not found:
         console.print("No subscriptions.")
-    else:
-        console.print(table)
+        return
+    lags = {(x.consumer_group, x.topic): x for x in lag_list}
+    rows = []
+    for s in found:
+        lag = lags.get((s.consumer_group, s.topic))
+        rows.append(
+            [
+                s.consumer_group,
+                s.topic,
+                s.expression,
+                "yes" if s.fifo else "no",
+                str(s.max_delivery_attempts),
+                f"{lag.lag:,}" if lag else "0",
+                f"{lag.in_flight:,}" if lag else "0",
+                f"{lag.dead_letters:,}" if lag else "0",
+                _when(s.created_at),
+            ]
+        )
+    print_table(
+        console,
+        "Subscriptions",
+        [
+            Column("consumer group", whole=True),
+            Column("topic", whole=True),
+            Column("expression"),
+            Column("fifo"),
+            Column("max attempts", right=True),
+            Column("lag", right=True),
+            Column("in flight", right=True),
+            Column("dead letters", right=True),
+            Column("since"),
+        ],
+        rows,
+    )
 
 
 @dlq_app.command("list")
@@ -80,37 +97,56 @@ async def list_dead_letters(
     group: str | None = typer.Option(None, "--group", "-g", help="Only this consumer group."),
     topic: str | None = typer.Option(None, "--topic", "-t", help="Only this topic."),
     limit: int = typer.Option(100, "--limit", help="At most this many, oldest first."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Dead letters, oldest first."""
     async with open_core(ctx) as core:
         letters = await core.delivery.dead_letters(group, topic=topic, limit=limit)
+    if as_json:
+        # The answer of GET .../dead-letters: whole bodies, as base64 and text.
+        print_json(
+            DeadLettersOut(dead_letters=[DeadLetterOut.of(d) for d in letters]).model_dump(
+                mode="json"
+            )
+        )
+        return
     if not letters:
         console.print("No dead letters.")
         return
-    table = Table(title="Dead letters")
-    for column in ("id", "consumer group", "topic", "offset", "message id", "tags"):
-        table.add_column(column)
-    table.add_column("attempts", justify="right")
-    table.add_column("dead since")
-    table.add_column("body")
+    rows = []
     for d in letters:
         try:
             body = d.body.decode()
             body = body if len(body) <= 40 else body[:40] + "..."
         except UnicodeDecodeError:
             body = f"<{len(d.body)} bytes>"
-        table.add_row(
-            str(d.id),
-            d.consumer_group,
-            d.topic,
-            str(d.offset),
-            d.message_id,
-            d.tags or "-",
-            str(d.attempts),
-            _when(d.dead_at),
-            body,
+        rows.append(
+            [
+                str(d.id),
+                d.consumer_group,
+                d.topic,
+                d.message_id,
+                d.tags or "-",
+                str(d.attempts),
+                _when(d.dead_at),
+                body,
+            ]
         )
-    console.print(table)
+    print_table(
+        console,
+        "Dead letters",
+        [
+            Column("id", whole=True, right=True),
+            Column("consumer group", whole=True),
+            Column("topic", whole=True),
+            Column("message id", whole=True),
+            Column("tags"),
+            Column("attempts", right=True),
+            Column("dead since"),
+            Column("body"),
+        ],
+        rows,
+    )
 
 
 @dlq_app.command("requeue")

@@ -1,4 +1,4 @@
-"""`coordinator status` and `coordinator tx show ID`: readable tables."""
+"""`coordinator tx show ID`: one message and its history (`coordinator status` is status.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ from datetime import timedelta
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from coordinator.cli.common import console, open_core, run_async
-from coordinator.cli.consumers import lag_table
+from coordinator.cli.common import JSON_OPTION, console, open_core, print_json, run_async
+from coordinator.cli.tables import Column, print_table
 from coordinator.core import Coordinator
 from coordinator.domain.errors import NotFound
 from coordinator.domain.messages import MessageRecord
+from coordinator.http.schemas import MessageOut
 
 tx_app = typer.Typer(help="Inspect one transaction or message.", no_args_is_help=True)
 
@@ -23,61 +25,20 @@ def _age(delta: timedelta) -> str:
     return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
 
 
-@run_async
-async def status(ctx: typer.Context) -> None:
-    """Counts by state, producer group and topic, and the oldest pending transaction."""
-    async with open_core(ctx) as core:
-        current = await core.status()
-        lags = await core.delivery.lag()
-    totals: dict[str, int] = {}
-    for c in current.counts:
-        totals[c.state.value] = totals.get(c.state.value, 0) + c.count
-    by_state = Table(title="Messages by state")
-    by_state.add_column("state")
-    by_state.add_column("messages", justify="right")
-    for state, count in sorted(totals.items()):
-        by_state.add_row(state, f"{count:,}")
-    if not totals:
-        by_state.add_row("(none)", "0")
-    console.print(by_state)
-
-    detail = Table(title="By producer group and topic")
-    for column in ("producer group", "topic", "state"):
-        detail.add_column(column)
-    detail.add_column("messages", justify="right")
-    detail.add_column("oldest", justify="right")
-    for c in current.counts:
-        detail.add_row(
-            c.producer_group or "-",
-            c.topic,
-            c.state.value,
-            f"{c.count:,}",
-            c.oldest_born_at.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    console.print(detail)
-    oldest = current.oldest_pending
-    if oldest is None:
-        console.print("No pending transactions.")
-    else:
-        console.print(
-            f"{current.pending_total:,} pending; oldest: transaction "
-            f"{oldest.transaction_id} ({oldest.producer_group} -> {oldest.topic}), "
-            f"age {_age(oldest.age)}, checked {oldest.check_count} times",
-            highlight=False,
-        )
-    if lags:
-        console.print(lag_table(lags))
-
-
 @tx_app.command("show")
 @run_async
 async def show(
     ctx: typer.Context,
     ident: str = typer.Argument(..., metavar="ID", help="Offset, transaction id or message id."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """One message with its history of state changes."""
     async with open_core(ctx) as core:
         record = await _find(core, ident)
+    if as_json:
+        # The answer of GET /v1/transactions/{id}: the whole body, as base64 and text.
+        print_json(MessageOut.of(record).model_dump(mode="json"))
+        return
     _print_record(record)
 
 
@@ -96,8 +57,10 @@ async def _find(core: Coordinator, ident: str) -> MessageRecord:
 
 def _print_record(record: MessageRecord) -> None:
     fields = Table(show_header=False, title=f"Message {record.message_id}")
-    fields.add_column("field", style="bold")
-    fields.add_column("value")
+    fields.add_column("field", style="bold", no_wrap=True)
+    # Ids fit on a line of any terminal wider than about 50 cells; a long
+    # body or property list wraps instead of being cut.
+    fields.add_column("value", overflow="fold")
     try:
         body = record.body.decode()
         body = body if len(body) <= 200 else body[:200] + "..."
@@ -127,17 +90,20 @@ def _print_record(record: MessageRecord) -> None:
         ("resolved by", record.resolution_source.value if record.resolution_source else "-"),
     ]
     for name, value in rows:
-        fields.add_row(name, value)
+        fields.add_row(name, Text(value))
     console.print(fields)
-    history = Table(title="History")
-    for column in ("at", "source", "from", "to", "detail"):
-        history.add_column(column)
-    for entry in record.history:
-        history.add_row(
-            entry.at.isoformat(timespec="milliseconds"),
-            entry.source.value,
-            entry.from_state.value if entry.from_state else "-",
-            entry.to_state.value,
-            entry.detail or "",
-        )
-    console.print(history)
+    print_table(
+        console,
+        "History",
+        [Column("at"), Column("source"), Column("from"), Column("to"), Column("detail")],
+        [
+            [
+                entry.at.isoformat(timespec="milliseconds"),
+                entry.source.value,
+                entry.from_state.value if entry.from_state else "-",
+                entry.to_state.value,
+                entry.detail or "",
+            ]
+            for entry in record.history
+        ],
+    )

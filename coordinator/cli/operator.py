@@ -6,12 +6,21 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import typer
-from rich.table import Table
 
-from coordinator.cli.common import console, open_core, run_async, settings_from
-from coordinator.cli.inspect import _age, _find
+from coordinator.cli.common import (
+    JSON_OPTION,
+    console,
+    open_core,
+    print_json,
+    run_async,
+    settings_from,
+)
+from coordinator.cli.inspect import _find
+from coordinator.cli.status import age
+from coordinator.cli.tables import Column, print_table
 from coordinator.domain.checkback import OperatorResult
 from coordinator.domain.states import Resolution
+from coordinator.http.checkback_schemas import ProducerOut, ProducersOut
 
 ID_ARGUMENT = typer.Argument(..., metavar="ID", help="Offset, transaction id or message id.")
 
@@ -71,33 +80,52 @@ def add_tx_commands(tx_app: typer.Typer) -> None:
 async def producers(
     ctx: typer.Context,
     group: str | None = typer.Option(None, "--group", "-g", help="Only this producer group."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Registered producer instances: how they get check-backs and whether they are live."""
     async with open_core(ctx) as core:
         found = await core.checkback.producers(group)
+    ttl = settings_from(ctx).producer_ttl_seconds
+    if as_json:
+        # The answer of GET /v1/producers.
+        print_json(
+            ProducersOut(producers=[ProducerOut.of(p, ttl_seconds=ttl) for p in found]).model_dump(
+                mode="json"
+            )
+        )
+        return
     if not found:
         console.print("No producer instances registered.")
         return
-    table = Table(title="Producer instances")
-    for column in ("producer group", "instance", "mode", "check URL", "live", "last seen"):
-        table.add_column(column)
-    table.add_column("registered")
     now = datetime.now(UTC)
-    for p in found:
-        table.add_row(
-            p.producer_group,
-            p.instance_id,
-            p.mode.value,
-            p.check_url or "-",
-            "yes" if p.live else "no",
-            f"{_age(now - p.last_seen_at)} ago",
-            p.registered_at.isoformat(timespec="seconds"),
-        )
-    console.print(table)
+    print_table(
+        console,
+        "Producer instances",
+        [
+            Column("producer group", whole=True),
+            Column("instance", whole=True),
+            Column("mode"),
+            Column("check URL"),
+            Column("live"),
+            Column("last seen"),
+            Column("registered"),
+        ],
+        [
+            [
+                p.producer_group,
+                p.instance_id,
+                p.mode.value,
+                p.check_url or "-",
+                "yes" if p.live else "no",
+                f"{age(now - p.last_seen_at)} ago",
+                p.registered_at.isoformat(timespec="seconds"),
+            ]
+            for p in found
+        ],
+    )
     live = sum(p.live for p in found)
     console.print(
-        f"{live} of {len(found)} instances live (heard from within "
-        f"{settings_from(ctx).producer_ttl_seconds:g} s)",
+        f"{live} of {len(found)} instances live (heard from within {ttl:g} s)",
         highlight=False,
         soft_wrap=True,
     )

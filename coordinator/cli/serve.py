@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import socket
 import ssl
 from pathlib import Path
 from types import FrameType
@@ -13,10 +14,15 @@ from typing import Any
 import psycopg
 import typer
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 
+from coordinator import logs
+from coordinator.cli import listening
 from coordinator.cli.common import (
+    EXIT_CANNOT_LISTEN,
     EXIT_USAGE,
     console,
+    database_errors,
     err_console,
     fail,
     ready_url_for,
@@ -25,9 +31,12 @@ from coordinator.cli.common import (
 from coordinator.config import Settings, env_name
 from coordinator.core.auth import is_loopback
 from coordinator.db.queries import execute_sync
-from coordinator.db.urls import redact
+from coordinator.db.ready import describe_database
 from coordinator.http import create_app
 from coordinator.http.protocol import CoalescingHttpToolsProtocol
+
+# uvicorn's default: connections the kernel holds before the app accepts them.
+BACKLOG = 2048
 
 
 # Every parameter but `workers` is named after the setting it overrides.
@@ -85,13 +94,53 @@ def serve(
     _check_tls(settings)
     if settings.grpc_port is not None:
         _check_grpc_extra()
-    url = ready_url_for(settings)
-    where = redact(url) if settings.database_url else f"embedded, data in {settings.data_dir}"
-    console.print(f"database: {where}", highlight=False)
-    _check_authentication(settings, _live_tokens(url))
+    # The ports before the database: a busy port is a sentence in a moment,
+    # not a traceback once PostgreSQL is up.
+    http_socket = _bind_ports(settings)
+    with http_socket:
+        url = ready_url_for(settings, create=True)
+        console.print(f"database: {describe_database(settings)}", highlight=False)
+        with database_errors(settings):
+            tokens = _live_tokens(url)
+        _check_authentication(settings, tokens)
+        _listen(http_socket, settings)
+        _say_listening(settings, http_socket.getsockname()[1])
+        _run(url, settings, workers, http_socket)
+
+
+def _bind_ports(settings: Settings) -> socket.socket:
+    try:
+        http_socket = listening.bind(settings.host, settings.port, what="HTTP (--port)")
+    except listening.CannotListen as error:
+        raise fail(str(error), EXIT_CANNOT_LISTEN) from None
+    grpc_port = settings.grpc_port
+    if grpc_port is not None:
+        if grpc_port == http_socket.getsockname()[1]:
+            http_socket.close()
+            raise fail(f"--grpc-port {grpc_port} is the HTTP port: give it another", EXIT_USAGE)
+        try:
+            listening.check_free(settings.host, grpc_port, what="gRPC (--grpc-port)")
+        except listening.CannotListen as error:
+            http_socket.close()
+            raise fail(str(error), EXIT_CANNOT_LISTEN) from None
+    return http_socket
+
+
+def _listen(http_socket: socket.socket, settings: Settings) -> None:
+    try:
+        http_socket.listen(BACKLOG)
+    except OSError as error:  # another SO_REUSEADDR socket took the port meanwhile
+        raise fail(
+            f"cannot listen for HTTP (--port) on {settings.host}:{settings.port}: "
+            f"{error.strerror}",
+            EXIT_CANNOT_LISTEN,
+        ) from None
+
+
+def _say_listening(settings: Settings, port: int) -> None:
     scheme = "https" if settings.tls_cert_file else "http"
     console.print(
-        f"coordinator listening on {scheme}://{_url_host(settings.host)}:{settings.port} "
+        f"coordinator listening on {scheme}://{_url_host(settings.host)}:{port} "
         "(API docs at /docs)",
         highlight=False,
     )
@@ -101,23 +150,34 @@ def serve(
             f"({'TLS' if settings.tls_cert_file else 'plaintext'})",
             highlight=False,
         )
+
+
+def _run(url: str, settings: Settings, workers: int, http_socket: socket.socket) -> None:
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
     # with the handler it found. The default handler would end the process
     # without running atexit hooks, and the embedded server's hook stops
     # Postgres: exit as on SIGINT instead, so nothing is left running.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    if workers == 1:
-        uvicorn.run(create_app(url, settings), **_server_options(settings))
-        return
-    # Worker processes import the app by name and read their settings back
-    # from the environment, with the database already resolved and migrated.
-    os.environ.update(settings.with_overrides(database_url=url).to_environment())
-    uvicorn.run(
-        "coordinator.http.app:app_from_environment",
-        factory=True,
-        workers=workers,
-        **_server_options(settings),
-    )
+    options = _server_options(settings, http_socket)
+    try:
+        if workers == 1:
+            uvicorn.run(create_app(url, settings), **options)
+            return
+        # Worker processes import the app by name and read their settings back
+        # from the environment, with the database already resolved and migrated.
+        os.environ.update(settings.with_overrides(database_url=url).to_environment())
+        uvicorn.run(
+            "coordinator.http.app:app_from_environment",
+            factory=True,
+            workers=workers,
+            **options,
+        )
+    except SystemExit as stopped:
+        # uvicorn's code for an app that failed to start (it logged why) would
+        # read as "not found" (3) here.
+        if stopped.code == STARTUP_FAILURE:
+            raise fail("the coordinator did not start: see the error above", 1) from None
+        raise
 
 
 def _check_grpc_extra() -> None:
@@ -224,14 +284,16 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def _server_options(settings: Settings) -> dict[str, Any]:
+def _server_options(settings: Settings, http_socket: socket.socket) -> dict[str, Any]:
     options: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
-        # Access lines are INFO, below log_level: access_log=False also skips
-        # building each one, which the hot routes would otherwise pay for.
+        # The socket serve bound: uvicorn serves it, in each --workers process too.
+        "fd": http_socket.fileno(),
+        # uvicorn's access log stays off: the coordinator writes its own, with
+        # route templates and durations (logs.py, setting access_log).
         "log_level": "warning",
         "access_log": False,
+        # Applied by uvicorn in this process and in every --workers process.
+        "log_config": logs.server_log_config(settings.log_format, settings.access_log),
         # uvicorn calls the protocol class with keywords only, so a partial
         # carries the limits; it pickles, so --workers processes get it too.
         "http": functools.partial(
@@ -250,4 +312,6 @@ def _server_options(settings: Settings) -> dict[str, Any]:
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    # A stop asked for and done cleanly is a success: exit 0, as on Ctrl-C
+    # (a service manager would take 143 for a failure).
+    raise SystemExit(0)

@@ -12,8 +12,6 @@ from datetime import datetime
 from typing import Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from coordinator.cli.common import (
     EXIT_USAGE,
@@ -24,6 +22,7 @@ from coordinator.cli.common import (
     run_async,
     settings_from,
 )
+from coordinator.cli.tables import Column, print_table
 from coordinator.core.tokens import TokenInfo
 from coordinator.domain.access import Grants
 from coordinator.domain.errors import InvalidMessage
@@ -106,7 +105,8 @@ async def create(
         admin=admin,
         metrics=metrics,
     )
-    async with open_core(ctx) as core:
+    # The first token may come before the first `serve`: it may create the database.
+    async with open_core(ctx, create=True) as core:
         try:
             created = await core.tokens.create(name, grants)
         except InvalidMessage as error:
@@ -143,23 +143,31 @@ async def list_tokens(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     if not found:
         console.print("No tokens: a coordinator on loopback (or --insecure) serves without them.")
         return
-    table = Table(title="API tokens")
-    for column in ("name", "permissions", "patterns", "created", "revoked"):
-        table.add_column(column)
-    for info in found:
-        patterns = "\n".join(
-            f"{what}: {', '.join(escape(p) for p in values)}"
-            for what, values in _patterns(info.grants)
-            if values
-        )
-        table.add_row(
+    rows = [
+        [
             info.name,
             ", ".join(info.grants.permissions),
-            patterns or "-",
+            "\n".join(
+                f"{what}: {', '.join(values)}" for what, values in _patterns(info.grants) if values
+            )
+            or "-",
             _when(info.created_at),
             _when(info.revoked_at),
-        )
-    console.print(table)
+        ]
+        for info in found
+    ]
+    print_table(
+        console,
+        "API tokens",
+        [
+            Column("name", whole=True),
+            Column("permissions"),
+            Column("patterns"),
+            Column("created"),
+            Column("revoked"),
+        ],
+        rows,
+    )
 
 
 @app.command("revoke")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.util import CommandError
 from sqlalchemy import create_engine
 
 from coordinator.db.urls import sqlalchemy_url
@@ -26,12 +29,26 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
+class RevisionError(ValueError):
+    """A revision Alembic cannot go to: unknown, or not above (below) the current one."""
+
+
+@contextmanager
+def _revision_errors() -> Iterator[None]:
+    try:
+        yield
+    except CommandError as error:
+        raise RevisionError(" ".join(str(error).split())) from None
+
+
 def upgrade(database_url: str, revision: str = "heads") -> None:
-    command.upgrade(alembic_config(database_url), revision)
+    with _revision_errors():
+        command.upgrade(alembic_config(database_url), revision)
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:
-    command.downgrade(alembic_config(database_url), revision)
+    with _revision_errors():
+        command.downgrade(alembic_config(database_url), revision)
 
 
 def current_revisions(database_url: str) -> tuple[str, ...]:

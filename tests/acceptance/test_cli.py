@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -10,6 +13,8 @@ from typer.testing import CliRunner
 from coordinator.cli import app
 from coordinator.core import Coordinator
 from coordinator.db import migrate
+from coordinator.db.embedded import bundled_program
+from coordinator.db.urls import redact
 from coordinator.domain.messages import SendResult
 from coordinator.domain.states import Resolution
 from tests.factories import end, half
@@ -119,3 +124,152 @@ def test_serve_on_an_unreachable_database_exits_5_with_a_sentence() -> None:
     assert result.exit_code == 5
     assert "cannot reach the database" in result.output
     assert "Traceback" not in result.output
+
+
+def test_db_downgrade_takes_a_relative_revision(database_url: str) -> None:
+    heads = migrate.head_revisions()
+    down = invoke(database_url, "db", "downgrade", "-1")
+    assert down.exit_code == 0, down.output
+    (below,) = migrate.current_revisions(database_url)
+    assert below not in heads and f"revision {below}" in down.output
+    up = invoke(database_url, "db", "upgrade", "+1")
+    assert up.exit_code == 0, up.output
+    assert migrate.current_revisions(database_url) == heads
+
+
+@pytest.mark.parametrize(
+    "args", [("db", "upgrade", "nosuch"), ("db", "downgrade", "nosuch"), ("db", "upgrade", "-1")]
+)
+def test_a_bad_revision_is_a_sentence(database_url: str, args: tuple[str, ...]) -> None:
+    result = invoke(database_url, *args)
+    assert result.exit_code == 2
+    assert f"error: cannot migrate to revision {args[2]!r}: " in result.output
+    assert "Traceback" not in result.output and len(result.output.splitlines()) == 1
+
+
+UNREACHABLE = "postgresql://x@127.0.0.1:1/db"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status",),
+        ("serve",),
+        ("db", "current"),
+        ("db", "upgrade"),
+        ("db", "downgrade", "-1"),
+        ("tx", "show", "1"),
+        ("tx", "commit", "1"),
+        ("producers",),
+        ("subscriptions",),
+        ("dlq", "list"),
+        ("dlq", "requeue", "1"),
+        ("tokens", "list"),
+        ("tokens", "create", "ops", "--admin"),
+        ("tokens", "revoke", "ops"),
+    ],
+)
+def test_an_unreachable_database_is_one_sentence_and_exit_5(args: tuple[str, ...]) -> None:
+    result = runner.invoke(app, ["--database-url", UNREACHABLE, *args], catch_exceptions=False)
+    assert result.exit_code == 5, result.output
+    assert result.output.startswith(
+        f"error: cannot reach the database ({UNREACHABLE}): connection failed: "
+    )
+    assert "Connection refused; is the server running" in result.output
+    assert len(result.output.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", [("serve",), ("status",), ("db", "current")])
+def test_the_database_options_also_follow_the_command(command: tuple[str, ...]) -> None:
+    result = runner.invoke(app, [*command, "--database-url", UNREACHABLE], catch_exceptions=False)
+    assert result.exit_code == 5, result.output
+    assert f"cannot reach the database ({UNREACHABLE})" in result.output
+
+
+READING_COMMANDS = [
+    ("status",),
+    ("tx", "show", "1"),
+    ("tx", "recheck", "1"),
+    ("producers",),
+    ("subscriptions",),
+    ("dlq", "list"),
+    ("dlq", "requeue", "1"),
+    ("tokens", "list"),
+    ("tokens", "revoke", "ops"),
+    ("db", "current"),
+    ("db", "downgrade", "-1"),
+    ("db", "url"),
+    ("psql",),
+]
+
+
+@pytest.mark.parametrize("args", READING_COMMANDS)
+def test_no_embedded_database_where_a_command_looks_is_refused_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    monkeypatch.delenv("COORDINATOR_DATABASE_URL", raising=False)
+    monkeypatch.delenv("COORDINATOR_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, list(args), catch_exceptions=False)
+    assert result.exit_code == 5, result.output
+    assert f"error: no coordinator database in {tmp_path / '.coordinator'} " in result.output
+    assert "--data-dir" in result.output and "--database-url" in result.output
+    assert not (tmp_path / ".coordinator").exists()
+
+    elsewhere = tmp_path / "elsewhere"
+    after = runner.invoke(app, [*args, "--data-dir", "elsewhere"], catch_exceptions=False)
+    assert f"no coordinator database in {elsewhere} " in after.output
+    assert not elsewhere.exists()
+
+
+def test_verbose_says_which_database_a_command_uses(database_url: str) -> None:
+    result = runner.invoke(
+        app, ["-v", "--database-url", database_url, "status"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert f"database: {redact(database_url)}" in result.stderr
+
+
+def test_db_current_shows_no_password_mask_without_a_password(database_url: str) -> None:
+    assert ":" not in database_url.split("@")[0].removeprefix("postgresql://")  # no password
+    result = invoke(database_url, "db", "current")
+    assert result.exit_code == 0 and f"database: {database_url}" in result.output
+    assert "***" not in result.output
+
+
+def test_db_url_hides_a_password_unless_asked() -> None:
+    url = "postgresql://app:s3cret@db.example:5432/coordinator"
+    hidden = runner.invoke(app, ["--database-url", url, "db", "url"], catch_exceptions=False)
+    assert hidden.stdout == "postgresql://app:***@db.example:5432/coordinator\n"
+    shown = runner.invoke(app, ["db", "url", "--show-password", "--database-url", url])
+    assert shown.stdout == f"{url}\n"
+
+
+def test_db_url_is_a_url_psql_accepts(database_url: str) -> None:
+    printed = invoke(database_url, "db", "url").stdout.strip()
+    psql = bundled_program("psql")
+    assert psql is not None
+    answer = subprocess.run(
+        [str(psql), printed, "-At", "-c", "SELECT count(*) FROM messages"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.strip() == "0"
+
+
+def test_psql_runs_on_the_coordinators_database_with_the_arguments_given(
+    database_url: str, committed: SendResult
+) -> None:
+    # psql writes to the terminal (file descriptors), not to CliRunner's streams.
+    command = [sys.executable, "-m", "coordinator", "--database-url", database_url, "psql"]
+    query = ["-At", "-c", "SELECT message_id FROM messages ORDER BY id"]
+    answer = subprocess.run([*command, *query], capture_output=True, text=True, timeout=60)
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.splitlines()[0] == committed.message_id
+    # psql's own exit code comes through
+    failed = subprocess.run(
+        [*command, "-c", "SELECT nosuch"], capture_output=True, text=True, timeout=60
+    )
+    assert failed.returncode == 1 and 'column "nosuch" does not exist' in failed.stderr
