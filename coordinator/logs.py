@@ -123,6 +123,23 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when the line is logged, not when configured:
+    a process embedding the coordinator (its tests among them) may swap the stream
+    and close the old one."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always the current sys.stderr
+
+
 def log_config(
     *, verbose: bool = False, log_format: LogFormat = "auto", access_log: bool = True
 ) -> dict[str, Any]:
@@ -136,11 +153,7 @@ def log_config(
             "coordinator": {"()": f"{__name__}.formatter", "log_format": log_format},
         },
         "handlers": {
-            "stderr": {
-                "class": "logging.StreamHandler",
-                "stream": "ext://sys.stderr",
-                "formatter": "coordinator",
-            },
+            "stderr": {"()": f"{__name__}.StderrHandler", "formatter": "coordinator"},
         },
         "root": {"level": "INFO" if verbose else "WARNING", "handlers": ["stderr"]},
         "loggers": {

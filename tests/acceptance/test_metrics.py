@@ -318,11 +318,13 @@ def test_pool_gauges_show_connections_in_use_and_requests_waiting(
                 thread = threading.Thread(target=client.get, args=(f"{server.url}/v1/offsets/1",))
                 thread.start()
                 blocked.append(thread)
-            _wait_for(lambda: pool.get_stats().get("requests_waiting", 0) == 3, "3 waiting")
+            # Both connections given out and three requests waiting: all five
+            # arrived (waiting alone may pass 3 while the pool still grows).
+            _wait_for(lambda: _in_use_and_waiting(pool) == (2, 3), "2 in use, 3 waiting")
             scraper = threading.Thread(target=lambda: scraped.append(scrape(server.url)))
             scraper.start()
             # the scrape read the pool's figures, then waits for a connection too
-            _wait_for(lambda: pool.get_stats().get("requests_waiting", 0) == 4, "the scrape")
+            _wait_for(lambda: _in_use_and_waiting(pool) == (2, 4), "the scrape")
         finally:
             db.execute("ROLLBACK")
         for thread in [*blocked, scraper]:
@@ -374,3 +376,9 @@ def test_requests_the_protocol_refuses_are_counted_too(database_url: str) -> Non
         status="429",
     )
     assert refused == 1
+
+
+def _in_use_and_waiting(pool: object) -> tuple[int, int]:
+    stats = pool.get_stats()  # type: ignore[attr-defined]
+    in_use = stats.get("pool_size", 0) - stats.get("pool_available", 0)
+    return in_use, stats.get("requests_waiting", 0)
