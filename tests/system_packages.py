@@ -1,4 +1,4 @@
-"""Programs from Debian's packages that some tests need (Chromium, promtool).
+"""Programs and files from Debian's packages that some tests need (Chromium, promtool, a jar).
 
 A fresh machine does not have them, and the test command in the README is
 all CI runs, so the tests install what they need themselves: `apt-get
@@ -17,6 +17,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,17 +28,33 @@ LOCK = Path("/tmp/coordinator-tests-apt.lock")
 
 def debian_program(program: str, package: str) -> str:
     """The path of `program`, installing Debian's `package` first if it is missing."""
-    found = shutil.which(program)
+    found = _installed(lambda: shutil.which(program), program, package)
+    if not found:
+        pytest.fail(f"Debian's {package} package was installed but {program} is not on PATH")
+    return found
+
+
+def debian_file(path: Path, package: str) -> Path:
+    """`path` (a library, a jar), installing Debian's `package` first if it is missing."""
+    found = _installed(lambda: str(path) if path.exists() else None, str(path), package)
+    if not found:
+        pytest.fail(f"Debian's {package} package was installed but {path} is not there")
+    return path
+
+
+def _installed(find: Callable[[], str | None], what: str, package: str) -> str | None:
+    """What find() finds, after installing `package` if it found nothing at first."""
+    found = find()
     if found:
         return found
     if not Path("/usr/bin/apt-get").exists() or os.geteuid() != 0:
         pytest.fail(
-            f"{program} is needed and not installed: install Debian's {package} package "
+            f"{what} is needed and not installed: install Debian's {package} package "
             f"(apt-get install {package}), or run the tests as root so they install it"
         )
     with LOCK.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        found = shutil.which(program)  # another session may have installed it meanwhile
+        found = find()  # another session may have installed it meanwhile
         if found:
             return found
         environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
@@ -61,7 +78,4 @@ def debian_program(program: str, package: str) -> str:
                     f"`{' '.join(command)}` failed ({done.returncode}): "
                     f"{(done.stderr or done.stdout).strip()[-2000:]}"
                 )
-    found = shutil.which(program)
-    if not found:
-        pytest.fail(f"Debian's {package} package was installed but {program} is not on PATH")
-    return found
+    return find()

@@ -1,8 +1,9 @@
 """PostgreSQL result columns as Spark and Arrow types, and values as Arrow arrays.
 
-The data source hands Spark Arrow record batches (no per-row conversion in
-Spark's Python worker); this module decides each column's type from the
-PostgreSQL type OID and turns the values psycopg returns into Arrow arrays.
+The data source hands Spark Arrow record batches; this module decides each
+column's Spark and Arrow type from its PostgreSQL type OID. For the `rows`
+reader (the benchmark's baseline) it also turns the values psycopg returns
+into Arrow arrays; the columnar reader (columnar.py) has ADBC decode them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """A PySpark Python Data Source that reads a PostgreSQL query in parallel partitions.
 
-Spark's JDBC reader cannot reach the embedded server (it listens on a UNIX
-socket only) and needs a driver jar; this source reads with psycopg instead,
-in the Python workers, and hands Spark Arrow record batches.
+Each Spark task reads one partition of the query with adbc-driver-postgresql
+(coordinator/pipeline/columnar.py): PostgreSQL's binary COPY, decoded into
+Arrow record batches in C++, handed to Spark as they are. It reaches any
+server libpq reaches, the embedded one's UNIX socket included, and needs no
+jar (on TCP, Spark's JDBC source reads no faster: docs/pipeline.md).
 
     spark.read.format("coordinator_postgres")
         .option("url", "postgresql://...")
@@ -18,10 +20,12 @@ query is split into `num_partitions` ranges between `lower_bound` and
 `upper_bound`, by default the column's minimum and maximum; rows outside the
 bounds and NULLs go to the first or last range, so no row is ever missed);
 `hash_partition_column` (any column: split by a hash of its text instead);
-`fetch_size` (rows per Arrow batch, default 20000). Without a partition
-column the query is read by one task. The schema comes from the query's
-result columns (json and jsonb as their text, intervals as seconds) unless
-the reader is given one.
+`fetch_size` (at most this many rows per Arrow batch, default 20000);
+`reader` (`arrow`, the default, or `rows`: psycopg's server-side cursor and
+a Python object per value, kept as the benchmark's baseline). Without a
+partition column the query is read by one task. The schema comes from the
+query's result columns (json and jsonb as their text, intervals as seconds,
+numeric as double) unless the reader is given one.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from coordinator.pipeline import columnar
 from coordinator.pipeline.pgtypes import (
     arrow_schema,
     register_loaders,
@@ -48,6 +53,7 @@ from coordinator.pipeline.pgtypes import (
 
 FORMAT = "coordinator_postgres"
 DEFAULT_FETCH_SIZE = 20_000
+ARROW, ROWS = "arrow", "rows"
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class ReadSpec:
     lower_bound: int | None
     upper_bound: int | None
     fetch_size: int
+    reader: str
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ReadSpec:
@@ -77,6 +84,9 @@ class ReadSpec:
         if table is not None:
             query = sql.SQL("SELECT * FROM {}").format(_identifier(table)).as_string()
         params = get("params")
+        reader = (get("reader") or ARROW).lower()
+        if reader not in (ARROW, ROWS):
+            raise ValueError(f"the coordinator_postgres reader is arrow or rows, not {reader!r}")
         lower, upper = get("lower_bound"), get("upper_bound")
         return cls(
             url=url,
@@ -88,6 +98,7 @@ class ReadSpec:
             lower_bound=int(lower) if lower is not None else None,
             upper_bound=int(upper) if upper is not None else None,
             fetch_size=max(1, int(get("fetch_size") or DEFAULT_FETCH_SIZE)),
+            reader=reader,
         )
 
     def subquery(self) -> sql.Composable:
@@ -99,7 +110,7 @@ def _identifier(dotted: str) -> sql.Identifier:
     return sql.Identifier(*dotted.split("."))
 
 
-def _connect(url: str) -> psycopg.Connection[Any]:
+def connect(url: str) -> psycopg.Connection[Any]:
     conn = psycopg.connect(url)
     conn.read_only = True
     # json and jsonb arrive as PostgreSQL's own text, not parsed into dicts.
@@ -140,45 +151,80 @@ def _hash_slices(column: str, count: int) -> list[QuerySlice]:
     ]
 
 
+def plan_slices(spec: ReadSpec) -> list[QuerySlice]:
+    """The partitions of a read: each row of the query in exactly one of them."""
+    if spec.num_partitions == 1:
+        return [QuerySlice(None)]
+    if spec.hash_partition_column:
+        return _hash_slices(spec.hash_partition_column, spec.num_partitions)
+    if not spec.partition_column:
+        return [QuerySlice(None)]
+    lower, upper = spec.lower_bound, spec.upper_bound
+    if lower is None or upper is None:
+        column = sql.Identifier(spec.partition_column)
+        with connect(spec.url) as conn:
+            found_lower, found_upper = conn.execute(
+                sql.SQL("SELECT min(q.{c})::bigint, max(q.{c})::bigint FROM {s}").format(
+                    c=column, s=spec.subquery()
+                ),
+                spec.params,
+            ).fetchone()  # type: ignore[misc]
+        lower = found_lower if lower is None else lower
+        upper = found_upper if upper is None else upper
+    if lower is None or upper is None or upper < lower:
+        return [QuerySlice(None)]  # nothing to split: one (possibly empty) task
+    return _range_slices(spec.partition_column, lower, upper, spec.num_partitions)
+
+
+@dataclass(frozen=True)
+class ColumnarPlan:
+    """What every task of the Arrow reader runs: the query, parameters written in,
+    and its result columns (name, type OID), found once when the read is planned."""
+
+    query: str
+    columns: list[tuple[str, int]]
+
+    @classmethod
+    def of(cls, spec: ReadSpec) -> ColumnarPlan:
+        with connect(spec.url) as conn:
+            query = columnar.render_query(conn, spec.query, spec.params)
+            return cls(query, columnar.describe(conn, query))
+
+
 class PostgresReader(DataSourceReader):
     def __init__(self, spec: ReadSpec, schema: StructType) -> None:
         self.spec = spec
         self.schema = schema
+        # Planned here, not in partitions(): Spark pickles the reader for
+        # its tasks before it asks for the partitions.
+        self.plan = ColumnarPlan.of(spec) if spec.reader == ARROW else None
+        if self.plan is not None and len(self.plan.columns) != len(schema.fields):
+            raise ValueError(
+                f"the schema given has {len(schema.fields)} columns, "
+                f"the query returns {len(self.plan.columns)}"
+            )
 
     def partitions(self) -> list[QuerySlice]:
-        spec = self.spec
-        if spec.num_partitions == 1:
-            return [QuerySlice(None)]
-        if spec.hash_partition_column:
-            return _hash_slices(spec.hash_partition_column, spec.num_partitions)
-        if not spec.partition_column:
-            return [QuerySlice(None)]
-        lower, upper = spec.lower_bound, spec.upper_bound
-        if lower is None or upper is None:
-            column = sql.Identifier(spec.partition_column)
-            with _connect(spec.url) as conn:
-                found_lower, found_upper = conn.execute(
-                    sql.SQL("SELECT min(q.{c})::bigint, max(q.{c})::bigint FROM {s}").format(
-                        c=column, s=spec.subquery()
-                    ),
-                    spec.params,
-                ).fetchone()  # type: ignore[misc]
-            lower = found_lower if lower is None else lower
-            upper = found_upper if upper is None else upper
-        if lower is None or upper is None or upper < lower:
-            return [QuerySlice(None)]  # nothing to split: one (possibly empty) task
-        return _range_slices(spec.partition_column, lower, upper, spec.num_partitions)
+        return plan_slices(self.spec)
 
     def read(self, partition: QuerySlice) -> Iterator[Any]:
-        import pyarrow as pa  # noqa: F401  (imported in the worker before batches are built)
+        target = arrow_schema(self.schema)
+        if self.plan is None:
+            yield from self._read_rows(partition, target)
+            return
+        statement = columnar.select_statement(
+            self.plan.query, self.plan.columns, partition.condition
+        )
+        yield from columnar.read_batches(self.spec.url, statement, target, self.spec.fetch_size)
 
+    def _read_rows(self, partition: QuerySlice, target: Any) -> Iterator[Any]:
+        """The baseline: a server-side cursor, each value a Python object first."""
         spec = self.spec
         statement = sql.SQL("SELECT * FROM {}").format(spec.subquery())
         if partition.condition:
             statement = sql.SQL("{} WHERE {}").format(statement, sql.SQL(partition.condition))
-        target = arrow_schema(self.schema)
         with (
-            _connect(spec.url) as conn,
+            connect(spec.url) as conn,
             conn.cursor(name="coordinator_pipeline_read", binary=True) as cursor,
         ):
             cursor.itersize = spec.fetch_size
@@ -194,11 +240,9 @@ class PostgresDataSource(DataSource):
 
     def schema(self) -> StructType:
         spec = ReadSpec.from_options(self.options)
-        with _connect(spec.url) as conn:
-            cursor = conn.execute(
-                sql.SQL("SELECT * FROM {} LIMIT 0").format(spec.subquery()), spec.params
-            )
-            return spark_schema([(c.name, c.type_code) for c in cursor.description or []])
+        with connect(spec.url) as conn:
+            query = columnar.render_query(conn, spec.query, spec.params)
+            return spark_schema(columnar.describe(conn, query))
 
     def reader(self, schema: StructType) -> PostgresReader:
         return PostgresReader(ReadSpec.from_options(self.options), schema)

@@ -51,6 +51,9 @@ SQL_OUTSIDE_DB = {
     # Spark's reader wraps a named query (or the producer's table) in the
     # SELECT of one partition; the statement itself comes from db/.
     "coordinator.pipeline.source",
+    # ... and the columnar reader the select list of that SELECT, with the
+    # conversions of the types Arrow has none for.
+    "coordinator.pipeline.columnar",
     # The audit checks the producer's own table before Spark reads it.
     "coordinator.pipeline.audit",
 }
