@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pyspark is the optional 'pipeline' extra: imported when a j
     from pyspark.sql import SparkSession
 
 MASTER_ENV = "COORDINATOR_SPARK_MASTER"
+PYTHON_CONF = "spark.pyspark.python"
 DEFAULT_MASTER = "local[*]"
 
 # Reports bucket by hour and the archive partitions by date: in UTC, whatever
@@ -59,8 +60,15 @@ def resolve_master(master: str | None) -> str | None:
     return None if _launched_by_spark_submit() else DEFAULT_MASTER
 
 
-def use_this_python() -> None:
-    """Workers run the same interpreter (and so the same packages) as the driver."""
+def use_this_python(conf: Mapping[str, str] | None = None) -> None:
+    """Executors run the interpreter `--conf spark.pyspark.python` names, else
+    $PYSPARK_PYTHON, else the driver's own (so the same packages where the path is the same)."""
+    # PySpark takes the executors' interpreter from this variable alone when
+    # a session starts; spark-submit sets it from spark.pyspark.python, a
+    # command's --conf must too.
+    named = (conf or {}).get(PYTHON_CONF)
+    if named:
+        os.environ["PYSPARK_PYTHON"] = named
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
@@ -75,7 +83,7 @@ def build_session(
 
     from coordinator.pipeline.source import register
 
-    use_this_python()
+    use_this_python(conf)
     builder = SparkSession.builder.appName(app_name)
     chosen = resolve_master(master)
     if chosen is not None:
