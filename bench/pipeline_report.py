@@ -1,130 +1,444 @@
-"""The Spark lifecycle report over a million half messages, against one SQL aggregate.
+"""The Spark lifecycle report against one SQL aggregate, at 1M and 5M half messages.
 
-    python -m bench.pipeline_report                       # 1,000,000 messages, local[*]
-    python -m bench.pipeline_report --messages 50000      # smaller
+    python -m bench.pipeline_report                          # 1,000,000 and 5,000,000, local[*]
+    python -m bench.pipeline_report --messages 200000        # one smaller size
     python -m bench.pipeline_report --database-url postgresql://...   # your server
 
-Generates the messages (synthetic.py), warms PostgreSQL's cache with one
-run of the SQL, then times:
-- sql: the report's figures as SQL, the named queries
-  pipeline_report_reference and pipeline_report_reference_checks (the
-  yardstick: what PostgreSQL alone does on this machine);
-- spark_report: `coordinator pipeline report` on the same data (reading every
-  row through the data source, all figures, Parquet, charts, HTML), without
-  the Spark session's start, which is timed apart.
-The ratio is spark_report / sql. Absolute numbers are printed and written to
-bench/results/pipeline_report.json.
+For each size (the table grows from one to the next, so the larger size's
+generation adds the difference) it generates half messages over 72 hours
+(synthetic.py) and commits the prepared ones born more than 2 hours ago, as
+their producers would have (so that older hours are closed, as in life).
+Then, with PostgreSQL's cache warm (one untimed run of the SQL first):
+
+- sql: the report's figures as SQL: the named queries pipeline_report_reference
+  (per hour), ..._totals and ..._checks; the yardstick;
+- report: `coordinator pipeline report --full` run as a command, wall time,
+  Spark's start included (what a scheduler waits for); its every figure must
+  equal SQL's (checked before anything is printed);
+- read: the read path alone, rows/s into Spark's noop sink
+  (bench/pipeline_read.py's measure_read), in this process's Spark session;
+- phases: the same report inside that (warm) session, each step timed, and
+  the session's own start (Spark's fixed cost, paid once per job);
+- incremental: 0.5% more messages born now and some pending ones resolved,
+  then `coordinator pipeline report` again on the first one's state: wall
+  time and the rows it read; its figures must equal SQL's again.
+
+A small data set (`--small`, 3,000 messages) is reported on the embedded
+default: `coordinator --data-dir DIR pipeline report`, wall time.
+
+The machine's load average before and after is recorded: on a shared
+machine, other work slows Spark (several processes) more than PostgreSQL.
+Results are printed and written to bench/results/pipeline_report.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
 from bench.database import bench_database
+from coordinator.db import migrate
+from coordinator.db.embedded import start_embedded
 from coordinator.db.queries import query
+from coordinator.pipeline.figures import STATES
 from coordinator.pipeline.report import ReportOptions, run_report
 from coordinator.pipeline.session import spark_session
 from coordinator.pipeline.synthetic import generate
 
 console = Console(width=120)
 RESULTS = Path(__file__).parent / "results"
+COMMAND = str(Path(sys.executable).parent / "coordinator")
+SPAN_HOURS = 72
+SETTLED_AFTER = timedelta(hours=2)
+NEW_SHARE = 0.005  # messages added before the incremental rerun
+SMALL = 3_000
+
+REFERENCE_COLUMNS = (
+    "messages",
+    *STATES,
+    "latency",
+    "checked",
+    "check_count_mean",
+    "check_count_max",
+    "discard_rate",
+    "expiry_rate",
+    "pending_age_p50_s",
+    "pending_age_max_s",
+)
+DATASETS = (
+    ("figures_hourly", "pipeline_report_reference", ("producer_group", "topic", "hour")),
+    ("figures_total", "pipeline_report_reference_totals", ("producer_group", "topic")),
+)
 
 
-def _sql_seconds(url: str) -> tuple[float, int]:
+# --- data -----------------------------------------------------------------------------------
+
+
+def _settle(conn: psycopg.Connection) -> None:
+    """Commit the half messages born more than SETTLED_AFTER ago, as their producers would
+    have, with the history row of it: only the last hours still have pending ones."""
+    conn.execute(
+        """
+        WITH settled AS (
+            UPDATE messages
+            SET state = 'committed', resolved_at = born_at + interval '2 seconds',
+                resolution_source = 'client', next_check_at = NULL
+            WHERE state = 'prepared' AND born_at < now() - %s::interval
+            RETURNING id, resolved_at
+        )
+        INSERT INTO message_history (message_offset, at, source, from_state, to_state)
+        SELECT id, resolved_at, 'client', 'prepared', 'committed' FROM settled
+        """,
+        (SETTLED_AFTER,),
+    )
+
+
+def _grow(url: str, have: int, want: int, anchor: datetime, seed: int) -> float:
+    """Add messages until the table holds `want`; seconds taken."""
+    started = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        if want > have:
+            generate(conn, want - have, anchor=anchor, span_hours=SPAN_HOURS, seed=seed)
+        _settle(conn)
+        conn.execute("VACUUM ANALYZE messages")
+    return time.perf_counter() - started
+
+
+def _changes(url: str, messages: int, seed: int) -> int:
+    """New messages born now, and half of the pending ones resolved; how many were added."""
+    added = max(1, int(messages * NEW_SHARE))
+    with psycopg.connect(url, autocommit=True) as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        generate(conn, added, anchor=now, span_hours=0.25, seed=seed)
+        conn.execute(
+            "UPDATE messages SET state = 'committed', resolved_at = now(), "
+            "resolution_source = 'client', next_check_at = NULL "
+            "WHERE state = 'prepared' AND id % 2 = 0"
+        )
+    return added
+
+
+# --- the yardstick and the comparison -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SqlFigures:
+    seconds: float
+    hourly: dict[tuple[Any, ...], dict[str, Any]]
+    totals: dict[tuple[Any, ...], dict[str, Any]]
+    checks: dict[tuple[Any, ...], int]
+
+
+def _by_key(rows: list[tuple[Any, ...]], keys: int) -> dict[tuple[Any, ...], dict[str, Any]]:
+    found = {}
+    for row in rows:
+        figures = dict(zip(REFERENCE_COLUMNS, row[keys:], strict=True))
+        latency = figures.pop("latency") or [None, None, None]
+        names = ("latency_p50_s", "latency_p90_s", "latency_p99_s")
+        figures.update(zip(names, latency, strict=True))
+        found[tuple(row[:keys])] = figures
+    return found
+
+
+def sql_figures(url: str, as_of: datetime) -> SqlFigures:
     started = time.perf_counter()
     with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            query("pipeline_report_reference"), {"as_of": datetime.now(UTC)}
+        hourly = conn.execute(query("pipeline_report_reference"), {"as_of": as_of}).fetchall()
+        totals = conn.execute(
+            query("pipeline_report_reference_totals"), {"as_of": as_of}
         ).fetchall()
-        conn.execute(query("pipeline_report_reference_checks")).fetchall()
-    return time.perf_counter() - started, len(rows)
+        checks = conn.execute(query("pipeline_report_reference_checks")).fetchall()
+    seconds = time.perf_counter() - started
+    return SqlFigures(
+        seconds,
+        _by_key(hourly, 3),
+        _by_key(totals, 2),
+        {(g, t, h, c): n for g, t, h, c, n in checks},
+    )
+
+
+def _naive(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def _same(actual: Any, expected: Any) -> bool:
+    if actual is None or expected is None:
+        return actual is None and expected is None
+    if isinstance(actual, float) or isinstance(expected, float):
+        return math.isclose(float(actual), float(expected), rel_tol=1e-9, abs_tol=1e-6)
+    return bool(actual == expected)
+
+
+def assert_equal_figures(out: Path, sql: SqlFigures) -> int:
+    """Every figure of the report's datasets against SQL's; the number compared."""
+    compared = 0
+    for (dataset, _, keys), expected in zip(DATASETS, (sql.hourly, sql.totals), strict=True):
+        rows = pq.read_table(out / dataset).to_pylist()
+        found = {tuple(_naive(r[k]) for k in keys): r for r in rows}
+        assert len(found) == len(rows), f"{dataset}: duplicate keys"
+        assert found.keys() == expected.keys(), f"{dataset}: not the same rows as SQL"
+        for key, figures in expected.items():
+            wrong = {
+                c: (found[key][c], v) for c, v in figures.items() if not _same(found[key][c], v)
+            }
+            assert not wrong, f"{dataset} {key}: {wrong}"
+            compared += len(figures)
+    keys = ("producer_group", "topic", "hour", "check_count")
+    checks = {
+        tuple(_naive(r[k]) for k in keys): r["messages"]
+        for r in pq.read_table(out / "check_counts").to_pylist()
+    }
+    assert checks == sql.checks, "check_counts: not SQL's"
+    return compared + len(checks)
+
+
+# --- the report as a command -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    seconds: float
+    database_rows: int
+    reused_hours: int
+    output: str
+
+
+_READ = re.compile(r"read ([\d,]+) rows from PostgreSQL(?:; ([\d,]+) closed hours reused)?")
+
+
+def run_command(args: list[str], env: dict[str, str] | None = None) -> CommandRun:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
+    environment.update(env or {}, NO_COLOR="1", PYSPARK_PYTHON=sys.executable)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [COMMAND, *args], env=environment, capture_output=True, text=True, timeout=3600
+    )
+    seconds = time.perf_counter() - started
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    found = _READ.search(output)
+    assert found, output
+    return CommandRun(
+        seconds,
+        int(found.group(1).replace(",", "")),
+        int((found.group(2) or "0").replace(",", "")),
+        output,
+    )
+
+
+def report_command(url: str, out: Path, as_of: datetime, *flags: str) -> CommandRun:
+    return run_command(
+        [
+            *("--database-url", url, "pipeline", "report"),
+            *("-o", str(out), "--as-of", as_of.isoformat(), *flags),
+        ]
+    )
+
+
+# --- one size --------------------------------------------------------------------------------
+
+
+def _database_now(url: str) -> datetime:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+
+
+def measure_size(
+    spark: Any, url: str, messages: int, work: Path, partitions: int, repeat: int
+) -> dict:
+    from bench.pipeline_read import measure_read
+
+    result: dict[str, Any] = {"messages": messages}
+    as_of = _database_now(url)
+    sql_figures(url, as_of)  # warm PostgreSQL's cache
+    sql = min((sql_figures(url, as_of) for _ in range(repeat)), key=lambda s: s.seconds)
+    result["sql_seconds"] = round(sql.seconds, 3)
+    result["hourly_rows"] = len(sql.hourly)
+
+    wall = min(
+        (report_command(url, work / f"cli-{n}", as_of, "--full") for n in range(repeat)),
+        key=lambda run: run.seconds,
+    )
+    assert wall.database_rows == messages, wall.output
+    result["figures_compared"] = assert_equal_figures(work / "cli-0", sql)
+    result["report_seconds"] = round(wall.seconds, 3)
+    result["ratio_report_to_sql"] = round(wall.seconds / sql.seconds, 2)
+
+    read = measure_read(spark, url, partitions=partitions, repeat=repeat)
+    result["read"] = {
+        "reader": read.reader,
+        "rows": read.rows,
+        "seconds": round(read.seconds, 3),
+        "rows_per_second": round(read.rows_per_second),
+    }
+    started = time.perf_counter()
+    warm = run_report(
+        spark, url, ReportOptions(work / "warm", as_of=as_of, partitions=partitions, full=True)
+    )
+    result["report_in_session_seconds"] = round(time.perf_counter() - started, 3)
+    result["phases"] = {step: round(seconds, 3) for step, seconds in warm.timings.items()}
+
+    added = _changes(url, messages, seed=messages + 7)
+    as_of = _database_now(url)
+    rerun = report_command(url, work / "cli-0", as_of)
+    result["incremental"] = {
+        "messages_added": added,
+        "seconds": round(rerun.seconds, 3),
+        "rows_read": rerun.database_rows,
+        "closed_hours_reused": rerun.reused_hours,
+    }
+    after = sql_figures(url, as_of)
+    result["incremental"]["figures_compared"] = assert_equal_figures(work / "cli-0", after)
+    return result
+
+
+def measure_small(messages: int, repeat: int) -> dict:
+    """`coordinator --data-dir DIR pipeline report` over a few thousand messages."""
+    data_dir = Path(tempfile.mkdtemp(prefix="coordinator-bench-small-"))
+    try:
+        url = start_embedded(data_dir)
+        migrate.upgrade(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            generate(conn, messages, anchor=datetime.now(UTC), span_hours=SPAN_HOURS)
+        runs = [
+            run_command(
+                [
+                    *("--data-dir", str(data_dir), "pipeline", "report"),
+                    *("-o", str(data_dir / f"r{n}"), "--full"),
+                ]
+            )
+            for n in range(repeat)
+        ]
+        best = min(run.seconds for run in runs)
+        return {"messages": messages, "report_seconds": round(best, 3)}
+    finally:
+        _stop_embedded(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _stop_embedded(data_dir: Path) -> None:
+    import pgserver
+
+    pgdata = (data_dir / "pgdata").resolve()
+    if pgdata.is_dir():
+        pgserver.get_server(pgdata).cleanup()
+
+
+@contextmanager
+def _workspace() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="coordinator-bench-report-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _print(result: dict) -> None:
+    table = Table(title=f"Lifecycle report vs one SQL aggregate ({os.cpu_count()} cores)")
+    for column in (
+        "messages",
+        "SQL s",
+        "report s",
+        "vs SQL",
+        "read rows/s",
+        "rerun s",
+        "rerun rows",
+    ):
+        table.add_column(column, justify="right")
+    for size in result["sizes"]:
+        table.add_row(
+            f"{size['messages']:,}",
+            f"{size['sql_seconds']:.2f}",
+            f"{size['report_seconds']:.2f}",
+            f"{size['ratio_report_to_sql']}x",
+            f"{size['read']['rows_per_second']:,}",
+            f"{size['incremental']['seconds']:.2f}",
+            f"{size['incremental']['rows_read']:,}",
+        )
+    console.print(table)
+    console.print(
+        f"Spark session start (once per job, included in 'report s'): "
+        f"{result['spark_start_seconds']:.2f} s; report over {result['small']['messages']:,} "
+        f"messages on the embedded default: {result['small']['report_seconds']:.2f} s; "
+        f"load average {result['load_before']} before, {result['load_after']} after"
+    )
+    for size in result["sizes"]:
+        console.print(f"{size['messages']:,}: phases in a warm session {size['phases']}")
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--database-url", help="measure this server (default: embedded)")
-    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--messages", type=int, nargs="+", default=[1_000_000, 5_000_000])
+    parser.add_argument("--small", type=int, default=SMALL, help="the small data set (0: skip)")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--partitions", type=int, default=None, help="reads per table")
+    parser.add_argument("--repeat", type=int, default=2, help="timed runs of each (best)")
     parser.add_argument("--out", type=Path, default=RESULTS / "pipeline_report.json")
     args = parser.parse_args(argv)
 
-    result: dict = {
+    result: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "messages": args.messages,
         "master": args.master,
+        "load_before": _load(),
     }
-    output = Path(tempfile.mkdtemp(prefix="coordinator-bench-report-"))
-    try:
-        with bench_database(args.database_url) as database:
-            result["database"] = "embedded (pgserver)" if database.embedded else "external"
-            with console.status(f"generating {args.messages:,} half messages ..."):
-                started = time.perf_counter()
-                with psycopg.connect(database.url, autocommit=True) as conn:
-                    generate(conn, args.messages, anchor=datetime.now(UTC), span_hours=72)
-                    conn.execute("VACUUM ANALYZE messages")
-                result["generate_seconds"] = round(time.perf_counter() - started, 2)
-
-            with console.status("SQL aggregate (a warm-up run, then the timed one) ..."):
-                _sql_seconds(database.url)
-                sql_seconds, groups = _sql_seconds(database.url)
-            result["sql_seconds"] = round(sql_seconds, 3)
-            result["hourly_rows"] = groups
-
-            started = time.perf_counter()
-            with spark_session(args.master, {"spark.ui.enabled": "false"}, "bench") as spark:
-                result["spark_start_seconds"] = round(time.perf_counter() - started, 2)
-                partitions = args.partitions or 2 * spark.sparkContext.defaultParallelism
-                with console.status(f"Spark report ({partitions} reads in parallel) ..."):
-                    started = time.perf_counter()
-                    report = run_report(
-                        spark, database.url, ReportOptions(output, partitions=partitions)
+    if args.small:
+        with console.status(f"report over {args.small:,} messages, embedded default ..."):
+            result["small"] = measure_small(args.small, args.repeat)
+    with bench_database(args.database_url) as database, _workspace() as work:
+        result["database"] = "embedded (pgserver)" if database.embedded else "external"
+        started = time.perf_counter()
+        with spark_session(args.master, {"spark.ui.enabled": "false"}, "bench") as spark:
+            result["spark_start_seconds"] = round(time.perf_counter() - started, 2)
+            partitions = args.partitions or 2 * spark.sparkContext.defaultParallelism
+            result["partitions"] = partitions
+            sizes: list[dict[str, Any]] = []
+            have = 0
+            for messages in sorted(args.messages):
+                with console.status(f"{messages:,} messages: generating ..."):
+                    generated = _grow(
+                        database.url, have, messages, datetime.now(UTC), seed=len(sizes) + 1
                     )
-                    spark_seconds = time.perf_counter() - started
-    finally:
-        shutil.rmtree(output, ignore_errors=True)
-
-    assert report.messages == args.messages, "the report did not see every message"
-    result["partitions"] = partitions
-    result["spark_report_seconds"] = round(spark_seconds, 3)
-    result["ratio_spark_to_sql"] = round(spark_seconds / sql_seconds, 2)
-    result["spark_messages_per_second"] = round(args.messages / spark_seconds)
-    result["sql_messages_per_second"] = round(args.messages / sql_seconds)
-
-    table = Table(
-        title=f"Lifecycle report over {args.messages:,} half messages ({os.cpu_count()} cores)"
-    )
-    for column in ("measure", "seconds", "messages/s", "vs SQL"):
-        table.add_column(column, justify="left" if column == "measure" else "right")
-    table.add_row(
-        "SQL aggregate (PostgreSQL alone)",
-        f"{sql_seconds:.2f}",
-        f"{result['sql_messages_per_second']:,}",
-        "1.0x",
-    )
-    table.add_row(
-        f"Spark report, {args.master}",
-        f"{spark_seconds:.2f}",
-        f"{result['spark_messages_per_second']:,}",
-        f"{result['ratio_spark_to_sql']}x",
-    )
-    table.add_row(
-        "Spark session start (once per job)", f"{result['spark_start_seconds']:.2f}", "", ""
-    )
-    console.print(table)
+                    have = messages
+                with console.status(f"{messages:,} messages: SQL, report, read, rerun ..."):
+                    size = measure_size(
+                        spark, database.url, messages, work / str(messages), partitions, args.repeat
+                    )
+                size["generate_seconds"] = round(generated, 2)
+                have += size["incremental"]["messages_added"]
+                sizes.append(size)
+                console.print(f"{messages:,} messages measured", highlight=False)
+            result["sizes"] = sizes
+    result["load_after"] = _load()
+    result.setdefault("small", {"messages": 0, "report_seconds": 0.0})
+    _print(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     console.print(f"written to {args.out}")

@@ -9,6 +9,8 @@ Exit codes a scheduler can act on, each failure one sentence on stderr:
   5  a database cannot be reached (by the command or by a Spark task)
   6  audit: inconsistencies found (listed, and written to Parquet)
   7  archive: the Parquet copy did not verify; nothing was deleted, rerun copies again
+  8  the database's schema is not at this coordinator's revision: the jobs
+     never migrate (nor create) a database, `coordinator db upgrade` does
 """
 
 from __future__ import annotations
@@ -33,11 +35,16 @@ from coordinator.cli.common import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     console,
+    database_errors,
+    database_url,
     err_console,
     fail,
     make_settings,
-    ready_url,
+    settings_from,
 )
+from coordinator.cli.tables import Column, print_table
+from coordinator.db import migrate
+from coordinator.db.ready import describe_database
 from coordinator.db.urls import libpq_url, redact
 from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
 from coordinator.pipeline.durations import parse_duration, parse_moment
@@ -56,6 +63,7 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1
 EXIT_INCONSISTENT = 6
 EXIT_NOT_VERIFIED = 7
+EXIT_SCHEMA = 8
 LOG_WIDTH = 160
 
 INSTALL_EXTRA = "pip install 'coordinator[pipeline]'"
@@ -137,6 +145,45 @@ def _require_extra() -> None:
             f"the pipeline needs the 'pipeline' extra ({missing} is missing): {INSTALL_EXTRA}",
             EXIT_FAILED,
         ) from None
+
+
+def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(migrate.migrations_dir()))
+    return {revision.revision for revision in script.walk_revisions()}
+
+
+def _current_database(ctx: typer.Context) -> str:
+    """The command's database, as it is: refused unless its schema is at this code's revision.
+
+    The jobs read (and the archive deletes) but never migrate: a database a
+    scheduler points them at is changed by `coordinator db upgrade`, by its
+    operator, or not at all; an empty one is not given a schema.
+    """
+    url = database_url(ctx)  # neither migrates nor creates an embedded database
+    settings = settings_from(ctx)
+    with database_errors(settings):
+        current = migrate.current_revisions(url)
+    expected = migrate.head_revisions()
+    if set(current) == set(expected):
+        return url
+    where = describe_database(settings)
+    wanted = ", ".join(expected)
+    if not current:
+        found = "has no coordinator schema"
+        remedy = "`coordinator db upgrade` creates it"
+    elif set(current) <= _known_revisions():
+        found = f"is at revision {', '.join(current)}"
+        remedy = "`coordinator db upgrade` migrates it"
+    else:
+        found = f"is at revision {', '.join(current)}, newer than this coordinator knows"
+        remedy = "run the pipeline of the coordinator that migrated it"
+    raise _fail(
+        f"the database ({where}) {found}; the pipeline needs revision {wanted} and never "
+        f"migrates a database itself: {remedy}",
+        EXIT_SCHEMA,
+    )
 
 
 def _producer_url(given: str | None, default: str) -> str:
@@ -250,6 +297,14 @@ def report(
     as_of: str | None = typer.Option(
         None, "--as-of", help="Pending ages as of this ISO time [default: now]."
     ),
+    state_dir: Path | None = typer.Option(
+        None,
+        "--state-dir",
+        help="Where the closed hours' figures are kept between runs [default: OUTPUT/_state].",
+    ),
+    full: bool = typer.Option(
+        False, "--full", help="Read and recompute every hour, whatever is stored."
+    ),
     master: str | None = MASTER_OPTION,
     conf: list[str] | None = CONF_OPTION,
     partitions: int | None = PARTITIONS_OPTION,
@@ -257,17 +312,23 @@ def report(
     """Lifecycle figures per producer group, topic and hour: Parquet, charts, HTML."""
     moment = _usage(as_of, parse_moment) if as_of else None
     _require_extra()
-    url = ready_url(ctx)
+    url = _current_database(ctx)
 
     def job(spark: SparkSession) -> ReportResult:
         from coordinator.pipeline.progress import ConsoleProgress
         from coordinator.pipeline.report import ReportOptions, run_report
 
-        options = ReportOptions(output, archive_dir, moment, _partitions(spark, partitions))
+        options = ReportOptions(
+            output,
+            archive_dir,
+            moment,
+            _partitions(spark, partitions),
+            state_dir=state_dir,
+            full=full,
+        )
         return run_report(spark, url, options, progress=ConsoleProgress(err_console, spark))
 
     result = _run_job(master, conf, job)
-    table = Table(title=f"Half messages by producer group and topic (as of {_fmt(result.as_of)})")
     headers = {
         "producer_group": "group",
         "topic": "topic",
@@ -280,12 +341,16 @@ def report(
         "latency_p50_s": "p50 s",
         "latency_p99_s": "p99 s",
     }
-    columns = tuple(headers)
-    for column, header in headers.items():
-        table.add_column(header, justify="left" if column in columns[:2] else "right")
-    for row in result.totals[:30]:
-        table.add_row(*(_fmt(row[c]) for c in columns))
-    _out().print(table)
+    # Groups and topics are names users copy into the next command: whole.
+    print_table(
+        _out(),
+        f"Half messages by producer group and topic (as of {_fmt(result.as_of)})",
+        [
+            Column(header, whole=column in ("producer_group", "topic"), right=i >= 2)
+            for i, (column, header) in enumerate(headers.items())
+        ],
+        [[_fmt(row[c]) for c in headers] for row in result.totals[:30]],
+    )
     if len(result.totals) > 30:
         console.print(
             f"... {len(result.totals) - 30} more in {output / 'figures_total'}", soft_wrap=True
@@ -298,6 +363,17 @@ def report(
     console.print(
         f"{result.messages:,} half messages, {result.groups} producer group/topic pairs, "
         f"{result.hours} hours; consumer lag: {lag}; {len(result.charts)} charts.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    archived = (
+        f" and {result.archive_rows:,} archived ({len(result.archive_days)} days)"
+        if archive_dir is not None
+        else ""
+    )
+    reused = "" if result.full else f"; {result.hours_reused:,} closed hours reused from the state"
+    console.print(
+        f"read {result.database_rows:,} rows from PostgreSQL{archived}{reused}.",
         highlight=False,
         soft_wrap=True,
     )
@@ -323,7 +399,7 @@ def archive(
     if age <= timedelta(0):
         raise _fail("--older-than must be positive", EXIT_USAGE)
     _require_extra()
-    url = ready_url(ctx)
+    url = _current_database(ctx)
 
     def job(spark: SparkSession) -> list[RunManifest]:
         from coordinator.pipeline.archive import ArchiveOptions, run_archive
@@ -333,30 +409,24 @@ def archive(
         return run_archive(spark, url, options, progress=ConsoleProgress(err_console, spark))
 
     runs = _run_job(master, conf, job)
-    table = Table(title=f"Archive runs ({archive_dir})")
-    for column in (
-        "run",
-        "resolved before",
-        "partitions",
-        "messages",
-        "history",
-        "deleted",
-        "kept",
-    ):
-        table.add_column(
-            column, justify="left" if column in ("run", "resolved before") else "right"
-        )
-    for run in runs:
-        table.add_row(
-            run.run_id,
-            run.cutoff[:19].replace("T", " "),
-            _fmt(len(run.partitions)),
-            _fmt(run.messages),
-            _fmt(run.history),
-            _fmt(run.deleted),
-            _fmt(len(run.kept)),
-        )
-    _out().print(table)
+    headers = ("run", "resolved before", "partitions", "messages", "history", "deleted", "kept")
+    print_table(
+        _out(),
+        f"Archive runs ({archive_dir})",
+        [Column(h, whole=h == "run", right=h not in ("run", "resolved before")) for h in headers],
+        [
+            [
+                run.run_id,
+                run.cutoff[:19].replace("T", " "),
+                _fmt(len(run.partitions)),
+                _fmt(run.messages),
+                _fmt(run.history),
+                _fmt(run.deleted),
+                _fmt(len(run.kept)),
+            ]
+            for run in runs
+        ],
+    )
     for run in runs:
         if run.kept:
             console.print(
@@ -412,7 +482,7 @@ def audit(
     moment = _usage(as_of, parse_moment) if as_of else None
     _usage(match_on, parse_match_on)
     _require_extra()
-    url = ready_url(ctx)
+    url = _current_database(ctx)
     producer_url = _producer_url(producer_database_url, default=url)
 
     def job(spark: SparkSession) -> AuditResult:
@@ -439,15 +509,17 @@ def audit(
 
     result = _run_job(master, conf, job)
 
-    listing = Table(title=f"Inconsistencies (first {min(show, result.total)} of {result.total})")
     columns = ("kind", "message_offset", "transaction_id", "producer_group", "topic", "state")
     columns += ("local_outcome", "born_at")
-    for column in columns:
-        listing.add_column(column.replace("_", " "))
-    for row in result.rows[:show]:
-        listing.add_row(*(_fmt(row[c]) for c in columns))
+    # The ids are what a user looks up next (`coordinator inspect`): never cut.
+    whole = {"message_offset", "transaction_id", "producer_group", "topic"}
     if result.total:
-        _out().print(listing)
+        print_table(
+            _out(),
+            f"Inconsistencies (first {min(show, result.total)} of {result.total})",
+            [Column(c.replace("_", " "), whole=c in whole) for c in columns],
+            [[_fmt(row[c]) for c in columns] for row in result.rows[:show]],
+        )
     summary = Table(title=f"Audit against {table} in {redact(producer_url)}")
     summary.add_column("inconsistency")
     summary.add_column("count", justify="right")

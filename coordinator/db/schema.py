@@ -99,6 +99,8 @@ messages = Table(
     ),
     Index("ix_messages_topic_state", "topic", "state"),
     Index("ix_messages_resolved_at", "resolved_at"),
+    # The report's hours of birth, by range (messages arrive in birth order).
+    Index("ix_messages_born_at", "born_at", postgresql_using="brin"),
 )
 
 # The op log: every state change of every message, including its creation.

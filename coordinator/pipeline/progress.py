@@ -43,6 +43,24 @@ class QuietProgress:
         pass
 
 
+class StepTimes:
+    """A JobProgress that also records how long each step took, by a short name."""
+
+    def __init__(self, shown: JobProgress) -> None:
+        self.shown = shown
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str, description: str) -> Iterator[None]:
+        started = time.perf_counter()
+        with self.shown.step(description):
+            yield
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def note(self, text: str) -> None:
+        self.shown.note(text)
+
+
 def _spark_tasks(spark: SparkSession) -> tuple[int, int]:
     """(completed, total) tasks of the stages running now."""
     tracker = spark.sparkContext.statusTracker()

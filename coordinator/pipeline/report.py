@@ -1,6 +1,6 @@
 """`coordinator pipeline report`: the transaction lifecycle report.
 
-Reads every half message (live, plus the archive when given), computes the
+Reads the half messages (live, plus the archive when given), computes the
 figures of figures.py per producer group, topic and hour and in total per
 producer group and topic, the check-back distribution and the consumer lag,
 and writes them as Parquet datasets, PNG charts and one HTML page:
@@ -11,40 +11,69 @@ and writes them as Parquet datasets, PNG charts and one HTML page:
     OUT/consumer_lag/        the consumer_lag view at report time
     OUT/charts/*.png
     OUT/report.html
+    STATE (default OUT/_state/)   the closed hours' partial figures (report_state.py)
+
+Incremental: the rows of hours closed at a previous run are not read again
+(unless one of their messages changed since); their stored partials stand in
+for them. One Spark job reads the rest (PostgreSQL by ranges of born_at, the
+archive by its birth-date partitions) and reduces it to partial figures; the
+driver rolls everything up and writes the outputs.
 """
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from coordinator.db.queries import execute_sync
 from coordinator.pipeline import charts, report_page
+from coordinator.pipeline import report_state as states
 from coordinator.pipeline.figures import (
-    HOURLY_KEYS,
+    FROM_ARCHIVE,
     STATES,
-    TOTAL_KEYS,
-    check_count_distribution,
-    lifecycle_figures,
-    with_hour,
+    Rollup,
+    collect_partials,
+    epoch_micros,
+    partials,
+    rollup,
 )
-from coordinator.pipeline.progress import JobProgress, QuietProgress
+from coordinator.pipeline.manifest import RunStatus, runs_dir, unfinished_runs
+from coordinator.pipeline.progress import JobProgress, QuietProgress, StepTimes
 from coordinator.pipeline.tables import (
     MESSAGES,
+    archive_days,
+    read_archive_days,
     read_named,
     read_parquet_dataset,
     transactional_archive,
-    utc_wall_clock,
-    with_archived,
 )
 
 CHART_GROUPS = 15  # the busiest producer group / topic pairs in per-group charts
+STATE_DIR = "_state"
+LAG_SCHEMA = pa.schema(
+    [
+        ("consumer_group", pa.string()),
+        ("topic", pa.string()),
+        ("lag", pa.int64()),
+        ("in_flight", pa.int64()),
+        ("dead_letters", pa.int64()),
+        ("oldest_pending_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+# Archive runs whose files may hold messages still in PostgreSQL: published,
+# not yet deleted (or kept ones not yet taken back out of the files).
+_ARCHIVE_OVERLAP = (RunStatus.PUBLISHED, RunStatus.DELETED)
 
 
 @dataclass(frozen=True)
@@ -53,6 +82,8 @@ class ReportOptions:
     archive_dir: Path | None = None
     as_of: datetime | None = None  # default: the database's now()
     partitions: int = 4
+    state_dir: Path | None = None  # default: output_dir / "_state"
+    full: bool = False  # recompute every hour, whatever is stored
 
 
 @dataclass
@@ -66,11 +97,42 @@ class ReportResult:
     consumer_lag: list[dict[str, Any]] | None
     html: Path
     charts: list[Path] = field(default_factory=list)
+    # what this run read: rows from PostgreSQL, rows of the archive in the
+    # hours it read, and the archive's birth-date partitions it opened
+    database_rows: int = 0
+    archive_rows: int = 0
+    archive_days: list[str] = field(default_factory=list)
+    full: bool = True
+    reason: str = ""  # why every hour was read, or which hours were
+    hours_reused: int = 0  # closed hours taken from the state, not read
+    state_dir: Path | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step
+
+
+@dataclass(frozen=True)
+class DatabaseFacts:
+    now: datetime
+    identity: str
 
 
 def database_now(url: str) -> datetime:
     with psycopg.connect(url) as conn:
         return execute_sync(conn, "pipeline_now").fetchone()[0]  # type: ignore[index]
+
+
+def _database_facts(url: str) -> DatabaseFacts:
+    with psycopg.connect(url) as conn:
+        now = execute_sync(conn, "pipeline_now").fetchone()[0]  # type: ignore[index]
+        identity = execute_sync(conn, "pipeline_database_identity").fetchone()[0]  # type: ignore[index]
+    return DatabaseFacts(now=now, identity=identity)
+
+
+def _unsettled_hours(url: str, since: datetime, until: datetime) -> list[datetime]:
+    with psycopg.connect(url) as conn:
+        rows = execute_sync(
+            conn, "pipeline_report_unsettled_hours", {"since": since, "until": until}
+        ).fetchall()
+    return [hour.replace(tzinfo=UTC) for (hour,) in rows]
 
 
 def relation_exists(url: str, name: str) -> bool:
@@ -79,44 +141,175 @@ def relation_exists(url: str, name: str) -> bool:
     return bool(row and row[0])
 
 
-def half_messages(
-    spark: SparkSession, url: str, archive_dir: Path | None, partitions: int
-) -> DataFrame:
-    """One row per half message, live and (when given) archived, each offset once."""
-    live = read_named(
-        spark, url, "pipeline_report_messages", partition_column="id", partitions=partitions
+def _array_literal(moments: list[datetime | None]) -> str:
+    """timestamptz values as a PostgreSQL array literal; None is 'infinity'."""
+    return "{" + ",".join(f'"{m.isoformat()}"' if m else '"infinity"' for m in moments) + "}"
+
+
+def _born_in(ranges: list[tuple[datetime, datetime | None]]) -> Column:
+    condition = F.lit(False)
+    for start, end in ranges:
+        within = F.col("born_at") >= F.timestamp_micros(F.lit(epoch_micros(start)))
+        if end is not None:
+            within &= F.col("born_at") < F.timestamp_micros(F.lit(epoch_micros(end)))
+        condition |= within
+    return condition
+
+
+def _days_of(ranges: list[tuple[datetime, datetime | None]], present: list[str]) -> list[str]:
+    """The archive's birth dates that overlap the ranges."""
+    chosen = []
+    for day in present:
+        first = datetime.fromisoformat(day).replace(tzinfo=UTC)
+        following = first + timedelta(days=1)
+        if any(start < following and (end is None or first < end) for start, end in ranges):
+            chosen.append(day)
+    return chosen
+
+
+def _overlapping_runs(archive_dir: Path) -> list[str]:
+    """Archive runs whose files may hold messages PostgreSQL still has."""
+    if not runs_dir(archive_dir).is_dir():
+        return []
+    return [run.run_id for run in unfinished_runs(archive_dir) if run.status in _ARCHIVE_OVERLAP]
+
+
+def _with_archive(live: DataFrame, archived: DataFrame, overlapping_runs: list[str]) -> DataFrame:
+    """Live rows plus archived ones, each offset once (live wins).
+
+    Only the files of an archive run between its publish and its end can hold
+    a message PostgreSQL still has: only their rows are checked against the
+    live offsets (a second read of PostgreSQL, which most runs never need).
+    """
+    live = live.withColumn(FROM_ARCHIVE, F.lit(False))
+    archived = archived.select(*live.columns[:-1]).withColumn(FROM_ARCHIVE, F.lit(True))
+    if not overlapping_runs:
+        return live.unionByName(archived)
+    in_flight = F.lit(False)
+    for run in overlapping_runs:
+        in_flight |= F.input_file_name().contains(f"/run-{run}-")
+    settled = archived.where(~in_flight)
+    maybe_live = archived.where(in_flight).join(live.select("id"), on="id", how="left_anti")
+    return live.unionByName(settled).unionByName(maybe_live)
+
+
+@dataclass(frozen=True)
+class _Input:
+    rows: DataFrame
+    archive_days: list[str]
+
+
+def _input(spark: SparkSession, url: str, options: ReportOptions, read: states.ReadPlan) -> _Input:
+    """The half messages of the hours to read, live and archived, each offset once."""
+    if read.full:
+        live = read_named(
+            spark,
+            url,
+            "pipeline_report_messages",
+            partition_column="id",
+            partitions=options.partitions,
+        )
+    else:
+        live = read_named(
+            spark,
+            url,
+            "pipeline_report_messages_born_in",
+            params={
+                "starts": _array_literal([start for start, _ in read.ranges]),
+                "ends": _array_literal([end for _, end in read.ranges]),
+            },
+            partition_column="id",
+            partitions=options.partitions,
+        )
+    if options.archive_dir is None:
+        return _Input(live.withColumn(FROM_ARCHIVE, F.lit(False)), [])
+    present = archive_days(options.archive_dir, MESSAGES)
+    if read.full:
+        days = present
+        archived = read_parquet_dataset(spark, options.archive_dir, MESSAGES)
+    else:
+        days = _days_of(read.ranges, present)
+        archived = read_archive_days(spark, options.archive_dir, MESSAGES, days)
+        archived = archived.where(_born_in(read.ranges))
+    rows = _with_archive(
+        live, transactional_archive(archived), _overlapping_runs(options.archive_dir)
     )
-    if archive_dir is None:
-        return live
-    archived = transactional_archive(read_parquet_dataset(spark, archive_dir, MESSAGES))
-    return with_archived(live, archived)
+    return _Input(rows, days)
 
 
-def _write(rows: DataFrame, path: Path) -> None:
-    rows.coalesce(1).write.mode("overwrite").parquet(str(path))
+def _write_dataset(table: pa.Table, path: Path) -> None:
+    """A Parquet dataset of one file, replacing what the directory held."""
+    staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    staged.mkdir(parents=True)
+    pq.write_table(table, staged / "part-00000.parquet")
+    retired = path.with_name(f".{path.name}.old.{uuid.uuid4().hex[:8]}")
+    if path.exists():
+        path.rename(retired)
+    staged.rename(path)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _consumer_lag(url: str) -> list[dict[str, Any]] | None:
+    if not relation_exists(url, "consumer_lag"):
+        return None
+    with psycopg.connect(url) as conn:
+        cursor = execute_sync(conn, "pipeline_consumer_lag")
+        names = [c.name for c in cursor.description or []]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    rows.sort(key=lambda r: (-r["lag"], -r["dead_letters"], r["consumer_group"], r["topic"]))
+    return rows
+
+
+def _wall_clock(row: dict[str, Any]) -> dict[str, Any]:
+    """Times as naive UTC, for people (the page and the summary say UTC)."""
+    return {
+        k: v.astimezone(UTC).replace(tzinfo=None) if isinstance(v, datetime) else v
+        for k, v in row.items()
+    }
 
 
 def _label(row: dict[str, Any]) -> str:
     return charts.row_label(row["producer_group"], row["topic"])
 
 
+@dataclass(frozen=True)
+class _ChartData:
+    hours: list[datetime]
+    by_state: dict[str, list[int]]
+    check_counts: list[int]
+    check_messages: list[int]
+
+
+def _chart_data(figures: Rollup) -> _ChartData:
+    per_hour = (
+        figures.hourly.group_by("hour").aggregate([(s, "sum") for s in STATES]).sort_by("hour")
+    )
+    per_check = (
+        figures.checks.group_by("check_count")
+        .aggregate([("messages", "sum")])
+        .sort_by("check_count")
+    )
+    return _ChartData(
+        hours=[h.astimezone(UTC) for h in per_hour.column("hour").to_pylist()],
+        by_state={s: per_hour.column(f"{s}_sum").to_pylist() for s in STATES},
+        check_counts=per_check.column("check_count").to_pylist(),
+        check_messages=per_check.column("messages_sum").to_pylist(),
+    )
+
+
 def _draw_charts(
     out: Path,
-    by_hour: list[Any],
-    checks: list[Any],
+    data: _ChartData,
     totals: list[dict[str, Any]],
     lag: list[dict[str, Any]] | None,
 ) -> list[tuple[str, Path]]:
     out.mkdir(parents=True, exist_ok=True)
     drawn: list[tuple[str, Path]] = []
-    if by_hour:
-        # Spark hands timestamps to Python in the machine's zone: go by epoch.
-        hours = [datetime.fromtimestamp(r["hour_us"] / 1e6, UTC) for r in by_hour]
-        counts = {s: [r[s] for r in by_hour] for s in STATES}
+    if data.hours:
         drawn.append(
             (
                 "Messages per hour",
-                charts.messages_by_hour(hours, counts, out / "messages_by_hour.png"),
+                charts.messages_by_hour(data.hours, data.by_state, out / "messages_by_hour.png"),
             )
         )
     busiest = totals[:CHART_GROUPS]
@@ -140,14 +333,12 @@ def _draw_charts(
                 ),
             )
         )
-    if checks:
+    if data.check_counts:
         drawn.append(
             (
                 "Check-back count distribution",
                 charts.check_count_histogram(
-                    [r["check_count"] for r in checks],
-                    [r["messages"] for r in checks],
-                    out / "check_counts.png",
+                    data.check_counts, data.check_messages, out / "check_counts.png"
                 ),
             )
         )
@@ -183,58 +374,69 @@ def _draw_charts(
 def run_report(
     spark: SparkSession, url: str, options: ReportOptions, *, progress: JobProgress | None = None
 ) -> ReportResult:
-    progress = progress or QuietProgress()
+    timed = StepTimes(progress or QuietProgress())
     out = options.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    as_of = options.as_of or database_now(url)
+    state_dir = options.state_dir or out / STATE_DIR
+    archive = str(options.archive_dir.resolve()) if options.archive_dir else None
 
-    messages = with_hour(
-        half_messages(spark, url, options.archive_dir, options.partitions)
-    ).persist()
-    try:
-        with progress.step("reading half messages"):
-            total = messages.count()
-        with progress.step("computing figures per producer group, topic and hour"):
-            hourly = lifecycle_figures(messages, HOURLY_KEYS, as_of)
-            _write(hourly, out / "figures_hourly")
-            _write(lifecycle_figures(messages, TOTAL_KEYS, as_of), out / "figures_total")
-            _write(check_count_distribution(messages, HOURLY_KEYS), out / "check_counts")
-            state_sums = [F.sum((F.col("state") == s).cast("long")).alias(s) for s in STATES]
-            by_hour = (
-                messages.groupBy(F.unix_micros("hour").alias("hour_us"))
-                .agg(*state_sums)
-                .orderBy("hour_us")
-                .collect()
-            )
-            checks = (
-                messages.groupBy("check_count")
-                .agg(F.count(F.lit(1)).alias("messages"))
-                .orderBy("check_count")
-                .collect()
-            )
-    finally:
-        messages.unpersist()
-    totals_frame = spark.read.parquet(str(out / "figures_total"))
-    totals = [
-        r.asDict()
-        for r in totals_frame.orderBy(F.desc("messages"), "producer_group", "topic").collect()
-    ]
-    hours = spark.read.parquet(str(out / "figures_hourly")).select("hour").distinct().count()
+    with timed.step("plan", "planning what to read (stored closed hours)"):
+        facts = _database_facts(url)
+        as_of = options.as_of or facts.now
+        manifest = states.load(state_dir)
+        read = states.plan(
+            state_dir,
+            manifest,
+            database=facts.identity,
+            archive=archive,
+            now=facts.now,
+            unsettled_hours=lambda since: _unsettled_hours(url, since, facts.now),
+            full=options.full,
+        )
+    if read.full:
+        timed.note(f"reading every hour: {read.reason}")
+    else:
+        timed.note(
+            f"reusing {read.kept_hours:,} closed hours from {state_dir}; reading {read.reason}"
+        )
 
-    lag: list[dict[str, Any]] | None = None
-    if relation_exists(url, "consumer_lag"):
-        with progress.step("reading consumer lag"):
-            lag_frame = read_named(spark, url, "pipeline_consumer_lag")
-            _write(lag_frame, out / "consumer_lag")
-            lag = [
-                r.asDict()
-                for r in utc_wall_clock(spark.read.parquet(str(out / "consumer_lag")))
-                .orderBy(F.desc("lag"), F.desc("dead_letters"), "consumer_group", "topic")
-                .collect()
-            ]
+    source = _input(spark, url, options, read)
+    with timed.step("read", "reading half messages and reducing them (Spark)"):
+        computed = collect_partials(partials(source.rows))
+    database_rows = int(pc.sum(computed.column("messages")).as_py() or 0)
+    archive_rows = int(pc.sum(computed.column("archive_rows")).as_py() or 0)
+    database_rows -= archive_rows
 
-    with progress.step("drawing charts and writing the HTML report"):
-        drawn = _draw_charts(out / "charts", by_hour, checks, totals, lag)
+    with timed.step("figures", "computing the figures"):
+        figures = rollup(pa.concat_tables([read.kept, computed]), as_of)
+        totals = sorted(
+            figures.totals.to_pylist(),
+            key=lambda r: (-r["messages"], r["producer_group"], r["topic"]),
+        )
+        chart_data = _chart_data(figures)
+
+    with timed.step("write", "writing the Parquet datasets"):
+        _write_dataset(figures.hourly, out / "figures_hourly")
+        _write_dataset(figures.totals, out / "figures_total")
+        _write_dataset(figures.checks, out / "check_counts")
+        lag_rows = _consumer_lag(url)
+        if lag_rows is not None:
+            _write_dataset(pa.Table.from_pylist(lag_rows, schema=LAG_SCHEMA), out / "consumer_lag")
+        states.save(
+            state_dir,
+            manifest,
+            read,
+            computed,
+            database=facts.identity,
+            archive=archive,
+            now=facts.now,
+        )
+    lag = [_wall_clock(r) for r in lag_rows] if lag_rows is not None else None
+
+    total = sum(r["messages"] for r in totals)
+    with timed.step("charts", "drawing charts"):
+        drawn = _draw_charts(out / "charts", chart_data, totals, lag)
+    with timed.step("html", "writing the HTML report"):
         resolved = sum(r["messages"] - r["prepared"] for r in totals)
         headline = {
             "half messages": f"{total:,}",
@@ -268,9 +470,17 @@ def run_report(
         as_of=as_of,
         messages=total,
         groups=len(totals),
-        hours=hours,
+        hours=len(chart_data.hours),
         totals=totals,
         consumer_lag=lag,
         html=html,
         charts=[path for _, path in drawn],
+        database_rows=database_rows,
+        archive_rows=archive_rows,
+        archive_days=source.archive_days,
+        full=read.full,
+        reason=read.reason,
+        hours_reused=read.kept_hours,
+        state_dir=state_dir,
+        timings=timed.seconds,
     )

@@ -142,6 +142,25 @@ def read_parquet_dataset(spark: SparkSession, root: Path, table: str) -> DataFra
     return spark.read.schema(schema).option("basePath", str(path)).parquet(str(path))
 
 
+def archive_days(root: Path, table: str) -> list[str]:
+    """The birth dates (ISO) an archive table has partitions for."""
+    prefix = f"{PARTITION_COLUMNS[0]}="
+    return sorted(
+        p.name.removeprefix(prefix) for p in (root / table).glob(f"{prefix}*") if p.is_dir()
+    )
+
+
+def read_archive_days(spark: SparkSession, root: Path, table: str, days: list[str]) -> DataFrame:
+    """Only these birth dates' partitions of an archive table: Spark lists and opens no other."""
+    schema = _ARCHIVE_SCHEMAS[table]
+    path = root / table
+    chosen = [path / f"{PARTITION_COLUMNS[0]}={day}" for day in days]
+    present = [str(p) for p in chosen if any(p.glob("*=*/*.parquet"))]
+    if not present:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).option("basePath", str(path)).parquet(*present)
+
+
 def with_archived(live: DataFrame, archived: DataFrame) -> DataFrame:
     """Live rows plus archived ones, each offset once (live wins).
 

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import typer
 from pyspark.sql import SparkSession
+from rich.console import Console
 from typer.testing import CliRunner
 
 import coordinator.pipeline.__main__ as pipeline_main
@@ -81,6 +82,29 @@ def test_report_archive_and_audit_from_the_command_line(
     db.execute("INSERT INTO coordinator_barrier VALUES ('unbacked', 'committed')")
     clean = invoke(database_url, "audit", "-o", str(tmp_path / "audit"))
     assert clean.exit_code == 0, clean.output
+
+
+def test_an_80_column_terminal_gets_the_audits_ids_whole(
+    spark: SparkSession,
+    database_url: str,
+    db: psycopg.Connection,
+    messages: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transaction_id = "order-2026-11-24-" + "7f3a9c" * 6
+    group = "payments-settlement-eu-west-1"
+    now = db.execute("SELECT now()").fetchone()[0]
+    add_message(
+        db, transaction_id=transaction_id, producer_group=group, topic="settlements", born_at=now
+    )
+    monkeypatch.setattr("coordinator.cli.pipeline.console", Console(force_terminal=True, width=80))
+    audit = invoke(database_url, "audit", "--producer-group", group, "-o", str(tmp_path / "audit"))
+    assert audit.exit_code == 6, audit.output
+    lines = audit.output.splitlines()
+    assert any(transaction_id in line for line in lines), audit.output
+    assert any(group in line for line in lines), audit.output
+    assert max(len(line) for line in lines if "│" in line or "─" in line) <= 80
 
 
 @pytest.mark.parametrize(

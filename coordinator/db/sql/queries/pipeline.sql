@@ -9,6 +9,34 @@ SELECT id, producer_group, topic, state, check_count, born_at, resolved_at
 FROM messages
 WHERE kind = 'transactional';
 
+-- name: pipeline_report_messages_born_in
+-- The report's input born within the given [start, end) ranges (disjoint; PostgreSQL
+-- array literals of timestamptz, 'infinity' for no end): the hours an incremental report
+-- reads again. Each range is a range scan of ix_messages_born_at.
+SELECT m.id, m.producer_group, m.topic, m.state, m.check_count, m.born_at, m.resolved_at
+FROM unnest(%(starts)s::text::timestamptz[], %(ends)s::text::timestamptz[]) AS r (low, high)
+JOIN messages m ON m.born_at >= r.low AND m.born_at < r.high
+WHERE m.kind = 'transactional';
+
+-- name: pipeline_report_unsettled_hours
+-- Hours of birth (UTC) whose figures may have changed since a report's previous run:
+-- those with a prepared message (an index scan of ix_messages_due_for_check), and those
+-- with a message resolved in [since, until) (of ix_messages_resolved_at): an operator
+-- resolved a discarded message there, or re-armed one that ended again.
+SELECT DISTINCT date_trunc('hour', born_at AT TIME ZONE 'UTC') AS hour
+FROM messages
+WHERE kind = 'transactional'
+  AND (state = 'prepared'
+       OR (resolved_at >= %(since)s::timestamptz AND resolved_at < %(until)s::timestamptz));
+
+-- name: pipeline_database_identity
+-- Which database this is, for state kept between runs: the cluster's system
+-- identifier, and the database's name and oid (a recreated database gets a new one).
+SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || d.oid::text
+       || '/' || d.datname AS identity
+FROM pg_database d
+WHERE d.datname = current_database();
+
 -- name: pipeline_consumer_lag
 SELECT consumer_group, topic, lag, in_flight, dead_letters, oldest_pending_at
 FROM consumer_lag;
@@ -137,6 +165,32 @@ SELECT producer_group, topic, date_trunc('hour', born_at AT TIME ZONE 'UTC') AS 
 FROM messages
 WHERE kind = 'transactional'
 GROUP BY 1, 2, 3;
+
+-- name: pipeline_report_reference_totals
+-- The report's figures per producer group and topic (figures_total) as SQL.
+SELECT producer_group, topic,
+       count(*) AS messages,
+       count(*) FILTER (WHERE state = 'prepared') AS prepared,
+       count(*) FILTER (WHERE state = 'committed') AS committed,
+       count(*) FILTER (WHERE state = 'rolled_back') AS rolled_back,
+       count(*) FILTER (WHERE state = 'discarded') AS discarded,
+       count(*) FILTER (WHERE state = 'expired') AS expired,
+       percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (
+           ORDER BY extract(epoch FROM resolved_at - born_at)::float8
+       ) FILTER (WHERE state IN ('committed', 'rolled_back')) AS latency_s,
+       count(*) FILTER (WHERE check_count > 0) AS checked,
+       avg(check_count)::float8 AS check_count_mean,
+       max(check_count) AS check_count_max,
+       (count(*) FILTER (WHERE state = 'discarded'))::float8 / count(*) AS discard_rate,
+       (count(*) FILTER (WHERE state = 'expired'))::float8 / count(*) AS expiry_rate,
+       percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY extract(epoch FROM %(as_of)s::timestamptz - born_at)::float8
+       ) FILTER (WHERE state = 'prepared') AS pending_age_p50_s,
+       max(extract(epoch FROM %(as_of)s::timestamptz - born_at)::float8)
+           FILTER (WHERE state = 'prepared') AS pending_age_max_s
+FROM messages
+WHERE kind = 'transactional'
+GROUP BY 1, 2;
 
 -- name: pipeline_report_reference_checks
 -- The report's check-back count distribution as SQL.
