@@ -70,6 +70,8 @@ INSTALL_EXTRA = "pip install 'coordinator[pipeline]'"
 # Everything a job imports (pyspark, pyarrow, matplotlib), loaded up front so
 # a missing library is named before a database is started or Spark is.
 JOB_MODULES = (
+    # Spark's Arrow paths (mapInArrow, toArrow) import pandas when a job runs.
+    "pandas",
     "coordinator.pipeline.session",
     "coordinator.pipeline.progress",
     "coordinator.pipeline.report",
