@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import re
@@ -52,15 +51,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
 from bench.database import bench_database
+from bench.report_figures import assert_equal_figures, sql_figures
 from coordinator.db import migrate
 from coordinator.db.embedded import start_embedded
-from coordinator.db.queries import query
-from coordinator.pipeline.figures import STATES
 from coordinator.pipeline.report import ReportOptions, run_report
 from coordinator.pipeline.session import spark_session
 from coordinator.pipeline.synthetic import generate
@@ -72,23 +69,6 @@ SPAN_HOURS = 72
 SETTLED_AFTER = timedelta(hours=2)
 NEW_SHARE = 0.005  # messages added before the incremental rerun
 SMALL = 3_000
-
-REFERENCE_COLUMNS = (
-    "messages",
-    *STATES,
-    "latency",
-    "checked",
-    "check_count_mean",
-    "check_count_max",
-    "discard_rate",
-    "expiry_rate",
-    "pending_age_p50_s",
-    "pending_age_max_s",
-)
-DATASETS = (
-    ("figures_hourly", "pipeline_report_reference", ("producer_group", "topic", "hour")),
-    ("figures_total", "pipeline_report_reference_totals", ("producer_group", "topic")),
-)
 
 
 # --- data -----------------------------------------------------------------------------------
@@ -136,82 +116,6 @@ def _changes(url: str, messages: int, seed: int) -> int:
             "WHERE state = 'prepared' AND id % 2 = 0"
         )
     return added
-
-
-# --- the yardstick and the comparison -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SqlFigures:
-    seconds: float
-    hourly: dict[tuple[Any, ...], dict[str, Any]]
-    totals: dict[tuple[Any, ...], dict[str, Any]]
-    checks: dict[tuple[Any, ...], int]
-
-
-def _by_key(rows: list[tuple[Any, ...]], keys: int) -> dict[tuple[Any, ...], dict[str, Any]]:
-    found = {}
-    for row in rows:
-        figures = dict(zip(REFERENCE_COLUMNS, row[keys:], strict=True))
-        latency = figures.pop("latency") or [None, None, None]
-        names = ("latency_p50_s", "latency_p90_s", "latency_p99_s")
-        figures.update(zip(names, latency, strict=True))
-        found[tuple(row[:keys])] = figures
-    return found
-
-
-def sql_figures(url: str, as_of: datetime) -> SqlFigures:
-    started = time.perf_counter()
-    with psycopg.connect(url) as conn:
-        hourly = conn.execute(query("pipeline_report_reference"), {"as_of": as_of}).fetchall()
-        totals = conn.execute(
-            query("pipeline_report_reference_totals"), {"as_of": as_of}
-        ).fetchall()
-        checks = conn.execute(query("pipeline_report_reference_checks")).fetchall()
-    seconds = time.perf_counter() - started
-    return SqlFigures(
-        seconds,
-        _by_key(hourly, 3),
-        _by_key(totals, 2),
-        {(g, t, h, c): n for g, t, h, c, n in checks},
-    )
-
-
-def _naive(value: Any) -> Any:
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(UTC).replace(tzinfo=None)
-    return value
-
-
-def _same(actual: Any, expected: Any) -> bool:
-    if actual is None or expected is None:
-        return actual is None and expected is None
-    if isinstance(actual, float) or isinstance(expected, float):
-        return math.isclose(float(actual), float(expected), rel_tol=1e-9, abs_tol=1e-6)
-    return bool(actual == expected)
-
-
-def assert_equal_figures(out: Path, sql: SqlFigures) -> int:
-    """Every figure of the report's datasets against SQL's; the number compared."""
-    compared = 0
-    for (dataset, _, keys), expected in zip(DATASETS, (sql.hourly, sql.totals), strict=True):
-        rows = pq.read_table(out / dataset).to_pylist()
-        found = {tuple(_naive(r[k]) for k in keys): r for r in rows}
-        assert len(found) == len(rows), f"{dataset}: duplicate keys"
-        assert found.keys() == expected.keys(), f"{dataset}: not the same rows as SQL"
-        for key, figures in expected.items():
-            wrong = {
-                c: (found[key][c], v) for c, v in figures.items() if not _same(found[key][c], v)
-            }
-            assert not wrong, f"{dataset} {key}: {wrong}"
-            compared += len(figures)
-    keys = ("producer_group", "topic", "hour", "check_count")
-    checks = {
-        tuple(_naive(r[k]) for k in keys): r["messages"]
-        for r in pq.read_table(out / "check_counts").to_pylist()
-    }
-    assert checks == sql.checks, "check_counts: not SQL's"
-    return compared + len(checks)
 
 
 # --- the report as a command -----------------------------------------------------------------

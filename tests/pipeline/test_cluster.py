@@ -11,15 +11,13 @@ what was planted. Each job's tasks must have run on both workers.
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pyarrow.parquet as pq
@@ -27,14 +25,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 import coordinator.pipeline.__main__ as pipeline_entry
-from coordinator.db.queries import query
+from bench.report_figures import assert_equal_figures, assert_same_datasets, sql_figures
 from coordinator.pipeline import manifest
 from coordinator.pipeline.audit import (
     DELIVERED_WITHOUT_LOCAL_COMMIT,
     LOCAL_COMMIT_WITHOUT_DELIVERY,
     PENDING_TOO_LONG,
 )
-from coordinator.pipeline.figures import STATES
 from coordinator.pipeline.manifest import RunStatus
 from coordinator.pipeline.report import ReportOptions, run_report
 from coordinator.pipeline.tables import MESSAGES
@@ -171,85 +168,6 @@ def assert_ran_on_both_workers(cluster: SparkCluster, job: Job) -> None:
 # --- report ---------------------------------------------------------------------------------
 
 
-def _rows(path: Path, keys: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    rows = pq.read_table(path).to_pylist()
-    by_key = {tuple(row[k] for k in keys): row for row in rows}
-    assert len(by_key) == len(rows), f"duplicate keys in {path}"
-    return by_key
-
-
-def _same(actual: Any, expected: Any) -> bool:
-    if actual is None or expected is None:
-        return actual is None and expected is None
-    if isinstance(actual, float) or isinstance(expected, float):
-        return math.isclose(float(actual), float(expected), rel_tol=1e-9, abs_tol=1e-6)
-    return bool(actual == expected)
-
-
-def _naive_utc(value: datetime) -> datetime:
-    # Parquet gives aware UTC hours, SQL's date_trunc of a UTC wall time naive ones.
-    return value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)
-
-
-# The columns of pipeline_report_reference after (producer_group, topic, hour), by name.
-REFERENCE_COLUMNS = (
-    "messages",
-    *STATES,
-    "latency",  # [p50, p90, p99], NULL when nothing was resolved by its producer or a check
-    "checked",
-    "check_count_mean",
-    "check_count_max",
-    "discard_rate",
-    "expiry_rate",
-    "pending_age_p50_s",
-    "pending_age_max_s",
-)
-
-
-def assert_equal_to_sql(db: psycopg.Connection, report: Path) -> None:
-    keys = ("producer_group", "topic", "hour")
-    spark_rows = {
-        (group, topic, _naive_utc(hour)): row
-        for (group, topic, hour), row in _rows(report / "figures_hourly", keys).items()
-    }
-    sql_rows = {
-        (group, topic, hour): dict(zip(REFERENCE_COLUMNS, figures, strict=True))
-        for group, topic, hour, *figures in db.execute(
-            query("pipeline_report_reference"), {"as_of": AS_OF}
-        ).fetchall()
-    }
-    assert spark_rows.keys() == sql_rows.keys()
-    assert len(spark_rows) > 60  # 3 groups x 3 topics x ~30 hours, and the solo group
-    for key, expected in sql_rows.items():
-        latency = expected.pop("latency") or [None, None, None]
-        expected.update(
-            zip(("latency_p50_s", "latency_p90_s", "latency_p99_s"), latency, strict=True)
-        )
-        row = spark_rows[key]
-        wrong = {c: (row[c], v) for c, v in expected.items() if not _same(row[c], v)}
-        assert not wrong, (key, wrong)
-    checks = _rows(report / "check_counts", ("producer_group", "topic", "hour", "check_count"))
-    assert {(g, t, _naive_utc(h), c): r["messages"] for (g, t, h, c), r in checks.items()} == {
-        (g, t, h, c): n
-        for g, t, h, c, n in db.execute(query("pipeline_report_reference_checks")).fetchall()
-    }
-
-
-def assert_same_datasets(actual: Path, expected: Path) -> None:
-    """Every figure of both reports: the same rows, the same values."""
-    for dataset, keys in (
-        ("figures_hourly", ("producer_group", "topic", "hour")),
-        ("figures_total", ("producer_group", "topic")),
-        ("check_counts", ("producer_group", "topic", "hour", "check_count")),
-    ):
-        mine, theirs = _rows(actual / dataset, keys), _rows(expected / dataset, keys)
-        assert mine.keys() == theirs.keys(), dataset
-        for key, row in theirs.items():
-            assert mine[key].keys() == row.keys(), dataset
-            wrong = {c: (mine[key][c], v) for c, v in row.items() if not _same(mine[key][c], v)}
-            assert not wrong, (dataset, key, wrong)
-
-
 def test_the_report_on_the_cluster_equals_sql_and_the_local_run(
     cluster: SparkCluster,
     spark: SparkSession,
@@ -281,7 +199,9 @@ def test_the_report_on_the_cluster_equals_sql_and_the_local_run(
     # the executors' Python workers run the interpreter the command named
     assert starts.exists() and starts.read_text().split()
 
-    assert_equal_to_sql(db, out)
+    sql = sql_figures(database_url, AS_OF)
+    assert len(sql.hourly) > 60  # 3 groups x 3 topics x ~30 hours, and the solo group
+    assert_equal_figures(out, sql)
     local = tmp_path / "local-report"
     run_report(spark, database_url, ReportOptions(local, as_of=AS_OF, partitions=3))
     assert_same_datasets(out, local)

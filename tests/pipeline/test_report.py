@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from bench.report_figures import dataset_rows, same_figure
 from coordinator.db.queries import query
 from coordinator.pipeline.archive import ArchiveOptions, run_archive
 from coordinator.pipeline.figures import STATES
@@ -19,25 +19,6 @@ from tests.pipeline.data import add_message, seed
 
 AS_OF = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 SUBSCRIBED_TOPIC = "topic-0"
-
-
-def _figures(path: Path, keys: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
-    rows = pq.read_table(path).to_pylist()
-    return {tuple(_plain(r[k]) for k in keys): r for r in rows}
-
-
-def _plain(value: Any) -> Any:
-    # Parquet timestamps arrive as aware UTC datetimes; SQL's date_trunc of a
-    # UTC wall time is naive: compare both as naive UTC.
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(UTC).replace(tzinfo=None)
-    return value
-
-
-def _same(actual: Any, expected: Any) -> bool:
-    if actual is None or expected is None:
-        return actual is None and expected is None
-    return actual == pytest.approx(float(expected), rel=1e-9, abs=1e-6)
 
 
 @pytest.fixture
@@ -76,7 +57,7 @@ def test_hourly_figures_equal_the_sql_aggregate(
 ) -> None:
     result = _report(spark, database_url, tmp_path)
 
-    spark_rows = _figures(tmp_path / "figures_hourly", ("producer_group", "topic", "hour"))
+    spark_rows = dataset_rows(tmp_path / "figures_hourly", ("producer_group", "topic", "hour"))
     sql_rows = {
         (r[0], r[1], r[2]): r
         for r in db.execute(query("pipeline_report_reference"), {"as_of": AS_OF}).fetchall()
@@ -118,9 +99,11 @@ def test_hourly_figures_equal_the_sql_aggregate(
             (actual["pending_age_p50_s"], age_p50),
             (actual["pending_age_max_s"], age_max),
         ]
-        assert all(_same(a, e) for a, e in pairs), (key, pairs)
+        assert all(same_figure(a, e) for a, e in pairs), (key, pairs)
 
-    checks = _figures(tmp_path / "check_counts", ("producer_group", "topic", "hour", "check_count"))
+    checks = dataset_rows(
+        tmp_path / "check_counts", ("producer_group", "topic", "hour", "check_count")
+    )
     sql_checks = db.execute(query("pipeline_report_reference_checks")).fetchall()
     assert {k: r["messages"] for k, r in checks.items()} == {
         (g, t, h, c): n for g, t, h, c, n in sql_checks
@@ -135,7 +118,7 @@ def test_totals_consumer_lag_charts_and_page(
     spark: SparkSession, database_url: str, db: psycopg.Connection, history: None, tmp_path: Path
 ) -> None:
     result = _report(spark, database_url, tmp_path)
-    totals = _figures(tmp_path / "figures_total", ("producer_group", "topic"))
+    totals = dataset_rows(tmp_path / "figures_total", ("producer_group", "topic"))
     expected = db.execute(
         """
         SELECT producer_group, topic, count(*),
@@ -153,7 +136,9 @@ def test_totals_consumer_lag_charts_and_page(
     for group, topic, messages, committed, p99, oldest in expected:
         row = totals[(group, topic)]
         assert row["messages"] == messages and row["committed"] == committed
-        assert _same(row["latency_p99_s"], p99) and _same(row["pending_age_max_s"], oldest)
+        assert same_figure(row["latency_p99_s"], p99) and same_figure(
+            row["pending_age_max_s"], oldest
+        )
     assert [r["producer_group"] for r in result.totals][-1] == "solo"  # busiest first
 
     lag_view = db.execute(
@@ -208,11 +193,11 @@ def test_archived_and_live_messages_together_give_the_same_report(
     assert live_only.messages == before.messages - run.deleted
     assert both.messages == before.messages
     keys = ("producer_group", "topic", "hour")
-    expected = _figures(tmp_path / "before" / "figures_hourly", keys)
-    actual = _figures(tmp_path / "both" / "figures_hourly", keys)
+    expected = dataset_rows(tmp_path / "before" / "figures_hourly", keys)
+    actual = dataset_rows(tmp_path / "both" / "figures_hourly", keys)
     assert actual.keys() == expected.keys()
     for key, row in expected.items():
         assert all(
-            _same(actual[key][c], v) if isinstance(v, float) else actual[key][c] == v
+            same_figure(actual[key][c], v) if isinstance(v, float) else actual[key][c] == v
             for c, v in row.items()
         ), key

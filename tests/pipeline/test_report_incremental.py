@@ -8,10 +8,8 @@ a full recompute (and SQL's, for the live tables).
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pyarrow.compute as pc
@@ -20,88 +18,12 @@ import pytest
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
+from bench.report_figures import assert_equal_figures, assert_same_datasets, sql_figures
 from coordinator.cli import app
-from coordinator.db.queries import query
 from coordinator.pipeline import report_state
 from coordinator.pipeline.archive import ArchiveOptions, run_archive
-from coordinator.pipeline.figures import STATES
 from coordinator.pipeline.report import ReportOptions, ReportResult, run_report
 from tests.pipeline.data import seed
-
-DATASETS = (
-    ("figures_hourly", ("producer_group", "topic", "hour")),
-    ("figures_total", ("producer_group", "topic")),
-    ("check_counts", ("producer_group", "topic", "hour", "check_count")),
-)
-REFERENCE_COLUMNS = (
-    "messages",
-    *STATES,
-    "latency",
-    "checked",
-    "check_count_mean",
-    "check_count_max",
-    "discard_rate",
-    "expiry_rate",
-    "pending_age_p50_s",
-    "pending_age_max_s",
-)
-
-
-def _naive(value: Any) -> Any:
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(UTC).replace(tzinfo=None)
-    return value
-
-
-def _same(actual: Any, expected: Any) -> bool:
-    if actual is None or expected is None:
-        return actual is None and expected is None
-    if isinstance(actual, float) or isinstance(expected, float):
-        return math.isclose(float(actual), float(expected), rel_tol=1e-9, abs_tol=1e-6)
-    return bool(actual == expected)
-
-
-def _rows(path: Path, keys: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    rows = pq.read_table(path).to_pylist()
-    found = {tuple(_naive(r[k]) for k in keys): r for r in rows}
-    assert len(found) == len(rows), f"duplicate keys in {path}"
-    return found
-
-
-def assert_same_datasets(actual: Path, expected: Path) -> None:
-    for dataset, keys in DATASETS:
-        mine, theirs = _rows(actual / dataset, keys), _rows(expected / dataset, keys)
-        assert mine.keys() == theirs.keys(), dataset
-        for key, row in theirs.items():
-            wrong = {c: (mine[key][c], v) for c, v in row.items() if not _same(mine[key][c], v)}
-            assert not wrong, (dataset, key, wrong)
-
-
-def assert_equal_to_sql(db: psycopg.Connection, out: Path, as_of: datetime) -> None:
-    """Every figure of every dataset against the SQL reference queries."""
-    for dataset, name, keys in (
-        ("figures_hourly", "pipeline_report_reference", ("producer_group", "topic", "hour")),
-        ("figures_total", "pipeline_report_reference_totals", ("producer_group", "topic")),
-    ):
-        found = _rows(out / dataset, keys)
-        expected = {}
-        for row in db.execute(query(name), {"as_of": as_of}).fetchall():
-            figures = dict(zip(REFERENCE_COLUMNS, row[len(keys) :], strict=True))
-            latency = figures.pop("latency") or [None, None, None]
-            names = ("latency_p50_s", "latency_p90_s", "latency_p99_s")
-            figures.update(zip(names, latency, strict=True))
-            expected[tuple(row[: len(keys)])] = figures
-        assert found.keys() == expected.keys(), dataset
-        for key, figures in expected.items():
-            wrong = {
-                c: (found[key][c], v) for c, v in figures.items() if not _same(found[key][c], v)
-            }
-            assert not wrong, (dataset, key, wrong)
-    checks = _rows(out / "check_counts", ("producer_group", "topic", "hour", "check_count"))
-    assert {k: r["messages"] for k, r in checks.items()} == {
-        (g, t, h, c): n
-        for g, t, h, c, n in db.execute(query("pipeline_report_reference_checks")).fetchall()
-    }
 
 
 def _now(db: psycopg.Connection) -> datetime:
@@ -215,7 +137,7 @@ def test_a_rerun_reads_only_the_hours_that_can_change(
     assert second.messages == total + 40
     assert expected_rows < second.messages / 3  # most hours were not read again
     assert second.hours_reused == len(closed_at_first) - 1  # all but the discarded one's hour
-    assert_equal_to_sql(db, out, as_of)
+    assert_equal_figures(out, sql_figures(database_url, as_of))
 
     full = run_report(
         spark, database_url, ReportOptions(tmp_path / "full", as_of=as_of, partitions=3, full=True)
