@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import from_arrow_schema
 
 STATES = ("prepared", "committed", "rolled_back", "discarded", "expired")
 PRODUCER_RESOLVED = ("committed", "rolled_back")
@@ -108,20 +109,6 @@ def hour_start(micros: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
 
 
-# The partials as Spark declares mapInArrow's output (PARTIALS_SCHEMA).
-PARTIALS_DDL = ", ".join(
-    [
-        "producer_group string",
-        "topic string",
-        "hour_us bigint",
-        "check_count int",
-        "messages bigint",
-        *(f"{state} bigint" for state in STATES),
-        "archive_rows bigint",
-        "latencies_us array<bigint>",
-        "pending_born_us array<bigint>",
-    ]
-)
 INPUT_COLUMNS = ("producer_group", "topic", "state", "check_count", "born_at", "resolved_at")
 
 
@@ -191,7 +178,7 @@ def partials(messages: DataFrame) -> DataFrame:
     topic, hour, check count and partition (compact() merges them).
     """
     narrow = messages.select(*INPUT_COLUMNS, FROM_ARCHIVE)
-    return narrow.mapInArrow(_reduce_partition, PARTIALS_DDL)
+    return narrow.mapInArrow(_reduce_partition, from_arrow_schema(PARTIALS_SCHEMA))
 
 
 def compact(rows: pa.Table) -> pa.Table:
