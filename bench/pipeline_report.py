@@ -1,4 +1,4 @@
-"""The Spark lifecycle report against one SQL aggregate, at 1M and 5M half messages.
+"""The lifecycle report against one SQL aggregate, at 1M and 5M half messages.
 
     python -m bench.pipeline_report                          # 1,000,000 and 5,000,000, local[*]
     python -m bench.pipeline_report --messages 200000        # one smaller size
@@ -12,19 +12,23 @@ Then, with PostgreSQL's cache warm (one untimed run of the SQL first):
 
 - sql: the report's figures as SQL: the named queries pipeline_report_reference
   (per hour), ..._totals and ..._checks; the yardstick;
-- report: `coordinator pipeline report --full` run as a command, wall time,
-  Spark's start included (what a scheduler waits for); its every figure must
-  equal SQL's (checked before anything is printed);
+- report: `coordinator pipeline report --full` run as a command, wall time
+  (what a scheduler waits for), on the default engine (in-process: no master
+  is named) and as a Spark job (`--engine spark --master local[*]`, Spark's
+  start included); every figure of each must equal SQL's (checked before
+  anything is printed);
 - read: the read path alone, rows/s into Spark's noop sink
   (bench/pipeline_read.py's measure_read), in this process's Spark session;
 - phases: the same report inside that (warm) session, each step timed, and
-  the session's own start (Spark's fixed cost, paid once per job);
+  the session's own start (Spark's fixed cost, paid once per job); and the
+  in-process engine's steps;
 - incremental: 0.5% more messages born now and some pending ones resolved,
   then `coordinator pipeline report` again on the first one's state: wall
   time and the rows it read; its figures must equal SQL's again.
 
 A small data set (`--small`, 3,000 messages) is reported on the embedded
-default: `coordinator --data-dir DIR pipeline report`, wall time.
+default: `coordinator --data-dir DIR pipeline report`, wall time, on both
+engines.
 
 The machine's load average before and after is recorded: on a shared
 machine, other work slows Spark (several processes) more than PostgreSQL.
@@ -169,8 +173,19 @@ def _database_now(url: str) -> datetime:
         return conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
 
 
+def _best_report(
+    url: str, messages: int, out: Path, as_of: datetime, repeat: int, *flags: str
+) -> CommandRun:
+    wall = min(
+        (report_command(url, out / str(n), as_of, "--full", *flags) for n in range(repeat)),
+        key=lambda run: run.seconds,
+    )
+    assert wall.database_rows == messages, wall.output
+    return wall
+
+
 def measure_size(
-    spark: Any, url: str, messages: int, work: Path, partitions: int, repeat: int
+    spark: Any, url: str, messages: int, work: Path, partitions: int, repeat: int, master: str
 ) -> dict:
     from bench.pipeline_read import measure_read
 
@@ -181,14 +196,18 @@ def measure_size(
     result["sql_seconds"] = round(sql.seconds, 3)
     result["hourly_rows"] = len(sql.hourly)
 
-    wall = min(
-        (report_command(url, work / f"cli-{n}", as_of, "--full") for n in range(repeat)),
-        key=lambda run: run.seconds,
-    )
-    assert wall.database_rows == messages, wall.output
-    result["figures_compared"] = assert_equal_figures(work / "cli-0", sql)
+    wall = _best_report(url, messages, work / "cli", as_of, repeat)
+    assert "in this process (no Spark)" in wall.output, wall.output
+    result["figures_compared"] = assert_equal_figures(work / "cli" / "0", sql)
     result["report_seconds"] = round(wall.seconds, 3)
     result["ratio_report_to_sql"] = round(wall.seconds / sql.seconds, 2)
+    on_spark = _best_report(
+        url, messages, work / "spark", as_of, repeat, "--engine", "spark", "--master", master
+    )
+    assert "with Spark" in on_spark.output, on_spark.output
+    result["spark_figures_compared"] = assert_equal_figures(work / "spark" / "0", sql)
+    result["spark_report_seconds"] = round(on_spark.seconds, 3)
+    result["ratio_spark_report_to_sql"] = round(on_spark.seconds / sql.seconds, 2)
 
     read = measure_read(spark, url, partitions=partitions, repeat=repeat)
     result["read"] = {
@@ -203,10 +222,16 @@ def measure_size(
     )
     result["report_in_session_seconds"] = round(time.perf_counter() - started, 3)
     result["phases"] = {step: round(seconds, 3) for step, seconds in warm.timings.items()}
+    in_process = run_report(
+        None,
+        url,
+        ReportOptions(work / "in-process", as_of=as_of, partitions=os.cpu_count() or 1, full=True),
+    )
+    result["phases_in_process"] = {k: round(v, 3) for k, v in in_process.timings.items()}
 
     added = _changes(url, messages, seed=messages + 7)
     as_of = _database_now(url)
-    rerun = report_command(url, work / "cli-0", as_of)
+    rerun = report_command(url, work / "cli" / "0", as_of)
     result["incremental"] = {
         "messages_added": added,
         "seconds": round(rerun.seconds, 3),
@@ -214,7 +239,7 @@ def measure_size(
         "closed_hours_reused": rerun.reused_hours,
     }
     after = sql_figures(url, as_of)
-    result["incremental"]["figures_compared"] = assert_equal_figures(work / "cli-0", after)
+    result["incremental"]["figures_compared"] = assert_equal_figures(work / "cli" / "0", after)
     return result
 
 
@@ -226,17 +251,24 @@ def measure_small(messages: int, repeat: int) -> dict:
         migrate.upgrade(url)
         with psycopg.connect(url, autocommit=True) as conn:
             generate(conn, messages, anchor=datetime.now(UTC), span_hours=SPAN_HOURS)
-        runs = [
-            run_command(
-                [
-                    *("--data-dir", str(data_dir), "pipeline", "report"),
-                    *("-o", str(data_dir / f"r{n}"), "--full"),
-                ]
-            )
-            for n in range(repeat)
-        ]
-        best = min(run.seconds for run in runs)
-        return {"messages": messages, "report_seconds": round(best, 3)}
+
+        def best(*flags: str) -> float:
+            runs = [
+                run_command(
+                    [
+                        *("--data-dir", str(data_dir), "pipeline", "report"),
+                        *("-o", str(data_dir / f"r{n}"), "--full", *flags),
+                    ]
+                )
+                for n in range(repeat)
+            ]
+            return round(min(run.seconds for run in runs), 3)
+
+        return {
+            "messages": messages,
+            "report_seconds": best(),
+            "spark_report_seconds": best("--engine", "spark"),
+        }
     finally:
         _stop_embedded(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -270,7 +302,9 @@ def _print(result: dict) -> None:
         "SQL s",
         "report s",
         "vs SQL",
-        "read rows/s",
+        "Spark s",
+        "vs SQL",
+        "Spark read rows/s",
         "rerun s",
         "rerun rows",
     ):
@@ -281,19 +315,25 @@ def _print(result: dict) -> None:
             f"{size['sql_seconds']:.2f}",
             f"{size['report_seconds']:.2f}",
             f"{size['ratio_report_to_sql']}x",
+            f"{size['spark_report_seconds']:.2f}",
+            f"{size['ratio_spark_report_to_sql']}x",
             f"{size['read']['rows_per_second']:,}",
             f"{size['incremental']['seconds']:.2f}",
             f"{size['incremental']['rows_read']:,}",
         )
     console.print(table)
+    small = result["small"]
     console.print(
-        f"Spark session start (once per job, included in 'report s'): "
-        f"{result['spark_start_seconds']:.2f} s; report over {result['small']['messages']:,} "
-        f"messages on the embedded default: {result['small']['report_seconds']:.2f} s; "
+        "report s: the command on its default engine (in-process, no master named); "
+        "Spark s: with --engine spark, Spark's start included. "
+        f"Spark session start: {result['spark_start_seconds']:.2f} s; report over "
+        f"{small['messages']:,} messages on the embedded default: "
+        f"{small['report_seconds']:.2f} s (Spark: {small['spark_report_seconds']:.2f} s); "
         f"load average {result['load_before']} before, {result['load_after']} after"
     )
     for size in result["sizes"]:
-        console.print(f"{size['messages']:,}: phases in a warm session {size['phases']}")
+        console.print(f"{size['messages']:,}: phases in a warm Spark session {size['phases']}")
+        console.print(f"{size['messages']:,}: phases in-process {size['phases_in_process']}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -333,7 +373,13 @@ def main(argv: list[str] | None = None) -> dict:
                     have = messages
                 with console.status(f"{messages:,} messages: SQL, report, read, rerun ..."):
                     size = measure_size(
-                        spark, database.url, messages, work / str(messages), partitions, args.repeat
+                        spark,
+                        database.url,
+                        messages,
+                        work / str(messages),
+                        partitions,
+                        args.repeat,
+                        args.master,
                     )
                 size["generate_seconds"] = round(generated, 2)
                 have += size["incremental"]["messages_added"]
@@ -341,7 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
                 console.print(f"{messages:,} messages measured", highlight=False)
             result["sizes"] = sizes
     result["load_after"] = _load()
-    result.setdefault("small", {"messages": 0, "report_seconds": 0.0})
+    result.setdefault("small", {"messages": 0, "report_seconds": 0.0, "spark_report_seconds": 0.0})
     _print(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

@@ -87,7 +87,7 @@ app.command("producers")(operator.producers)
 app.command("subscriptions")(consumers.subscriptions)
 app.add_typer(consumers.dlq_app, name="dlq")
 app.add_typer(tokens.app, name="tokens")
-app.add_typer(pipeline_cli.app, name="pipeline")  # Spark jobs; pyspark loaded only when run
+app.add_typer(pipeline_cli.app, name="pipeline")  # pipeline jobs; pyspark loaded only when run
 
 
 def main() -> None:

@@ -1,4 +1,8 @@
-"""`coordinator pipeline report | archive | audit`: the Spark jobs.
+"""`coordinator pipeline report | archive | audit`: the data pipeline's jobs.
+
+The report runs as a Spark job when a master is named, else in this
+process (--engine): on one machine, starting Spark costs more than the
+report's work (docs/pipeline.md#engines).
 
 Exit codes a scheduler can act on, each failure one sentence on stderr:
   0  done (audit: no inconsistency)
@@ -17,9 +21,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import re
 from collections.abc import Callable
 from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -49,7 +55,7 @@ from coordinator.db.urls import libpq_url, redact
 from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
 from coordinator.pipeline.durations import parse_duration, parse_moment
 from coordinator.pipeline.report_page import display_value
-from coordinator.pipeline.session import MASTER_ENV, parse_conf
+from coordinator.pipeline.session import MASTER_ENV, master_named, parse_conf
 
 # pyspark (the optional 'pipeline' extra) is imported when a job runs, so the
 # rest of the CLI starts fast and works without it.
@@ -58,7 +64,7 @@ if TYPE_CHECKING:
 
     from coordinator.pipeline.audit import AuditResult
     from coordinator.pipeline.manifest import RunManifest
-    from coordinator.pipeline.report import ReportResult
+    from coordinator.pipeline.report import ReportOptions, ReportResult
 
 EXIT_FAILED = 1
 EXIT_INCONSISTENT = 6
@@ -88,7 +94,7 @@ _PY4J_PREAMBLE = ("An error occurred while calling", "An exception was thrown fr
 T = TypeVar("T")
 
 app = typer.Typer(
-    help="Spark jobs over the coordinator's tables: lifecycle report, archive, audit.",
+    help="Jobs over the coordinator's tables: lifecycle report, archive, audit.",
     no_args_is_help=True,
 )
 
@@ -118,6 +124,28 @@ CONF_OPTION = typer.Option(None, "--conf", help="Spark setting key=value (repeat
 PARTITIONS_OPTION = typer.Option(
     None, "--partitions", min=1, help="Parallel reads per table [default: 2 per Spark core]."
 )
+
+
+class Engine(StrEnum):
+    auto = "auto"
+    spark = "spark"
+    in_process = "in-process"
+
+
+def _report_with_spark(engine: Engine, master: str | None, conf: list[str] | None) -> bool:
+    """Whether the report runs as a Spark job; --engine in-process with Spark flags is bad usage."""
+    if engine is Engine.spark:
+        return True
+    if engine is Engine.in_process:
+        if master or conf:
+            flag = "--master" if master else "--conf"
+            raise _fail(
+                f"--engine in-process runs no Spark: {flag} has nothing to apply to "
+                "(drop it, or use --engine spark)",
+                EXIT_USAGE,
+            )
+        return False
+    return master_named(master) or bool(conf)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -211,13 +239,23 @@ def _spark_log_level() -> str:
 def _run_job(master: str | None, conf: list[str] | None, job: Callable[[SparkSession], T]) -> T:
     """Run a job in a Spark session; its failures become a sentence and an exit code."""
     settings = _usage(",".join(conf or []), lambda _: parse_conf(conf))
-    from coordinator.pipeline.archive import ArchiveBusy, ArchiveError, ArchiveNotVerified
-    from coordinator.pipeline.audit import ProducerTableError
     from coordinator.pipeline.session import spark_session
 
-    try:
+    def in_session() -> T:
         with spark_session(master, settings, log_level=_spark_log_level()) as spark:
             return job(spark)
+
+    return _guarded(in_session, spark=True)
+
+
+def _guarded(job: Callable[[], T], *, spark: bool) -> T:
+    """Run a job (in a Spark session, or without Spark); its failures become one
+    sentence and the exit code a scheduler can act on."""
+    from coordinator.pipeline.archive import ArchiveBusy, ArchiveError, ArchiveNotVerified
+    from coordinator.pipeline.audit import ProducerTableError
+
+    try:
+        return job()
     except ArchiveBusy as error:
         raise _fail(str(error), EXIT_REFUSED) from None
     except ArchiveNotVerified as error:
@@ -234,6 +272,9 @@ def _run_job(master: str | None, conf: list[str] | None, job: Callable[[SparkSes
     except (typer.Exit, KeyboardInterrupt):
         raise
     except Exception as error:  # Spark, file system: the job failed, a rerun is safe
+        if not spark:
+            failed = _job_failed(type(error).__name__, _first_line(str(error)))
+            raise _fail(failed, EXIT_FAILED) from None
         raise _spark_failure(error) from None
 
 
@@ -307,30 +348,56 @@ def report(
     full: bool = typer.Option(
         False, "--full", help="Read and recompute every hour, whatever is stored."
     ),
+    engine: Engine = typer.Option(
+        Engine.auto,
+        "--engine",
+        case_sensitive=False,
+        help="spark: a Spark job (local[*] unless a master is named); in-process: threads of "
+        "this command, no JVM; auto: spark when a master is named (--master, "
+        f"${MASTER_ENV}, spark-submit) or --conf is given, else in-process.",
+    ),
     master: str | None = MASTER_OPTION,
     conf: list[str] | None = CONF_OPTION,
-    partitions: int | None = PARTITIONS_OPTION,
+    partitions: int | None = typer.Option(
+        None,
+        "--partitions",
+        min=1,
+        help="Parallel reads of PostgreSQL [default: 2 per Spark core; in-process: 1 per CPU].",
+    ),
 ) -> None:
     """Lifecycle figures per producer group, topic and hour: Parquet, charts, HTML."""
     moment = _usage(as_of, parse_moment) if as_of else None
+    with_spark = _report_with_spark(engine, master, conf)
     _require_extra()
     url = _current_database(ctx)
 
-    def job(spark: SparkSession) -> ReportResult:
-        from coordinator.pipeline.progress import ConsoleProgress
-        from coordinator.pipeline.report import ReportOptions, run_report
+    def options(default_partitions: int) -> ReportOptions:
+        from coordinator.pipeline.report import ReportOptions
 
-        options = ReportOptions(
+        return ReportOptions(
             output,
             archive_dir,
             moment,
-            _partitions(spark, partitions),
+            partitions or default_partitions,
             state_dir=state_dir,
             full=full,
         )
-        return run_report(spark, url, options, progress=ConsoleProgress(err_console, spark))
 
-    result = _run_job(master, conf, job)
+    def in_spark(spark: SparkSession) -> ReportResult:
+        from coordinator.pipeline.progress import ConsoleProgress
+        from coordinator.pipeline.report import run_report
+
+        chosen = options(_partitions(spark, None))
+        return run_report(spark, url, chosen, progress=ConsoleProgress(err_console, spark))
+
+    def in_process() -> ReportResult:
+        from coordinator.pipeline.progress import ConsoleProgress
+        from coordinator.pipeline.report import run_report
+
+        chosen = options(os.cpu_count() or 1)
+        return run_report(None, url, chosen, progress=ConsoleProgress(err_console))
+
+    result = _run_job(master, conf, in_spark) if with_spark else _guarded(in_process, spark=False)
     headers = {
         "producer_group": "group",
         "topic": "topic",
@@ -374,8 +441,9 @@ def report(
         else ""
     )
     reused = "" if result.full else f"; {result.hours_reused:,} closed hours reused from the state"
+    how = "with Spark" if with_spark else "in this process (no Spark)"
     console.print(
-        f"read {result.database_rows:,} rows from PostgreSQL{archived}{reused}.",
+        f"read {result.database_rows:,} rows from PostgreSQL{archived}{reused}, {how}.",
         highlight=False,
         soft_wrap=True,
     )

@@ -1,1 +1,2 @@
-"""Spark jobs over the coordinator's tables: lifecycle report, archive to Parquet, audit."""
+"""The data pipeline over the coordinator's tables: lifecycle report (on Spark or
+in-process), archive to Parquet, audit (Spark jobs)."""

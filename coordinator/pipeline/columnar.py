@@ -15,6 +15,7 @@ batches are then cast to the Arrow schema of the Spark schema asked for.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -92,18 +93,27 @@ def describe(conn: psycopg.Connection[Any], query: str) -> list[tuple[str, int]]
 # no connection open between reads. Only built-in types reach ADBC (see
 # column_expression), so a catalogue loaded before a later CREATE TYPE is
 # still right.
+# The report's in-process engine reads from several threads at once: they
+# share the database (ADBC's databases hand out connections from any thread).
 _DATABASES: OrderedDict[str, Any] = OrderedDict()
 _DATABASES_KEPT = 8
+_DATABASES_LOCK = threading.Lock()
 
 
 def _database(url: str) -> Any:
-    database = _DATABASES.pop(url, None)
-    if database is None:
-        database = adbc_driver_postgresql.connect(url)
-    _DATABASES[url] = database  # the most recently used last
-    while len(_DATABASES) > _DATABASES_KEPT:
-        _DATABASES.popitem(last=False)[1].close()
-    return database
+    with _DATABASES_LOCK:
+        database = _DATABASES.pop(url, None)
+        if database is None:
+            database = adbc_driver_postgresql.connect(url)
+        _DATABASES[url] = database  # the most recently used last
+        while len(_DATABASES) > _DATABASES_KEPT:
+            _DATABASES.popitem(last=False)[1].close()
+        return database
+
+
+def _forget(url: str) -> None:
+    with _DATABASES_LOCK:
+        _DATABASES.pop(url, None)
 
 
 def _connect(url: str) -> Any:
@@ -111,7 +121,7 @@ def _connect(url: str) -> Any:
     try:
         conn = adbc_driver_manager.AdbcConnection(_database(url))
     except adbc_driver_manager.Error:
-        _DATABASES.pop(url, None)
+        _forget(url)
         _raise_if_unreachable(url)
         raise
     try:

@@ -6,12 +6,13 @@ figures as SQL are the named queries `pipeline_report_reference` (per hour),
 `pipeline_report_reference_totals` and `pipeline_report_reference_checks`;
 the tests hold the two to each other.
 
-1. Spark (`partials`, one job over every row, spread over the executors):
+1. Over the rows, in parallel slices (`reduce_rows`: in Spark's Python
+   workers, report_spark.py, or in threads of the command, report_arrow.py):
    per producer group, topic, hour of birth (UTC) and check count, the
    counts by state and the values the percentiles need, the latencies and
    the birth times of the still prepared messages (8 bytes per message,
    no strings).
-2. The driver (`rollup`, numpy on those few rows): figures per hour, in
+2. The driver (`compact`, then `rollup`, numpy on those few rows): figures per hour, in
    total per producer group and topic, and the check-count distribution.
    Partials of hours that can no longer change are what the incremental
    report keeps (report_state.py): their rollup needs no row again.
@@ -34,7 +35,7 @@ The figures:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -42,8 +43,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import from_arrow_schema
 
 STATES = ("prepared", "committed", "rolled_back", "discarded", "expired")
 PRODUCER_RESOLVED = ("committed", "rolled_back")
@@ -53,8 +52,8 @@ PERCENTILES = (0.5, 0.9, 0.99)
 HOUR_US = 3_600_000_000
 FROM_ARCHIVE = "from_archive"
 
-# What Spark hands the driver: one row per producer group, topic, hour and
-# check count. The lists are unordered.
+# What step 1 hands the driver: one row per producer group, topic, hour and
+# check count (and slice). The lists are unordered.
 PARTIALS_SCHEMA = pa.schema(
     [
         ("producer_group", pa.string()),
@@ -164,23 +163,6 @@ def reduce_rows(rows: pa.Table) -> pa.Table:
     ).cast(PARTIALS_SCHEMA)
 
 
-def _reduce_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    # A whole partition at once: one partial row per key and partition.
-    received = list(batches)
-    if received:
-        yield from reduce_rows(pa.Table.from_batches(received)).to_batches()
-
-
-def partials(messages: DataFrame) -> DataFrame:
-    """Step 1, in Spark: each partition's partial figures (reduce_rows, in its Python worker).
-
-    Arrow in and out, no shuffle: the driver gets one row per producer group,
-    topic, hour, check count and partition (compact() merges them).
-    """
-    narrow = messages.select(*INPUT_COLUMNS, FROM_ARCHIVE)
-    return narrow.mapInArrow(_reduce_partition, from_arrow_schema(PARTIALS_SCHEMA))
-
-
 def compact(rows: pa.Table) -> pa.Table:
     """One row per key, in key order: the sums added up, the lists joined."""
     if rows.num_rows == 0:
@@ -201,11 +183,6 @@ def compact(rows: pa.Table) -> pa.Table:
             pa.array(offsets[bounds], pa.int32()), lists.values
         )
     return pa.table(columns).cast(PARTIALS_SCHEMA)
-
-
-def collect_partials(frame: DataFrame) -> pa.Table:
-    """Run step 1 and bring its rows to the driver, one per key."""
-    return compact(frame.toArrow().cast(PARTIALS_SCHEMA))
 
 
 def empty_partials() -> pa.Table:

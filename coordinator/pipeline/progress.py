@@ -1,7 +1,8 @@
-"""What a job shows while it runs: one line per step, with Spark's task progress.
+"""What a job shows while it runs: one line per step, with its tasks' progress.
 
 On a terminal, each step is a live rich progress bar fed by Spark's status
-tracker (tasks done / tasks of the running stages). Elsewhere (a scheduler's
+tracker (tasks done / tasks of the running stages), or, for work done in
+this process, by the job itself (`tasks(done, total)`). Elsewhere (a scheduler's
 log) each step prints one line when it starts and one when it ends, so the
 log says how far a job got when it stopped.
 """
@@ -12,9 +13,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -25,11 +25,17 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 
 class JobProgress(Protocol):
     def step(self, description: str) -> Iterator[None]: ...
 
     def note(self, text: str) -> None: ...
+
+    def tasks(self, done: int, total: int) -> None:
+        """How far the running step is, for steps that run in this process."""
 
 
 class QuietProgress:
@@ -40,6 +46,9 @@ class QuietProgress:
         yield
 
     def note(self, text: str) -> None:
+        pass
+
+    def tasks(self, done: int, total: int) -> None:
         pass
 
 
@@ -60,6 +69,9 @@ class StepTimes:
     def note(self, text: str) -> None:
         self.shown.note(text)
 
+    def tasks(self, done: int, total: int) -> None:
+        self.shown.tasks(done, total)
+
 
 def _spark_tasks(spark: SparkSession) -> tuple[int, int]:
     """(completed, total) tasks of the stages running now."""
@@ -77,9 +89,17 @@ class ConsoleProgress:
     def __init__(self, console: Console, spark: SparkSession | None = None) -> None:
         self.console = console
         self.spark = spark
+        self.unit = "Spark tasks" if spark is not None else "tasks"
+        self._reported: tuple[int, int] = (0, 0)  # from tasks(), without Spark
 
     def note(self, text: str) -> None:
         self.console.print(text, highlight=False, soft_wrap=True)
+
+    def tasks(self, done: int, total: int) -> None:
+        self._reported = (done, total)
+
+    def _progress(self) -> tuple[int, int]:
+        return _spark_tasks(self.spark) if self.spark is not None else self._reported
 
     @contextmanager
     def step(self, description: str) -> Iterator[None]:
@@ -101,25 +121,24 @@ class ConsoleProgress:
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("Spark tasks"),
+            TextColumn(self.unit),
             TimeElapsedColumn(),
         )
         with Progress(*columns, console=self.console) as bar:
             task = bar.add_task(description, total=None)
+            self._reported = (0, 0)
             stop = threading.Event()
 
-            def follow_spark() -> None:
+            def follow() -> None:
                 while not stop.wait(0.3):
-                    if self.spark is None:
-                        continue
                     try:
-                        done, total = _spark_tasks(self.spark)
+                        done, total = self._progress()
                     except Exception:  # the session is stopping: nothing more to show
                         return
                     if total:
                         bar.update(task, completed=done, total=total)
 
-            follower = threading.Thread(target=follow_spark, daemon=True)
+            follower = threading.Thread(target=follow, daemon=True)
             follower.start()
             try:
                 yield

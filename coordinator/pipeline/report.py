@@ -15,9 +15,11 @@ and writes them as Parquet datasets, PNG charts and one HTML page:
 
 Incremental: the rows of hours closed at a previous run are not read again
 (unless one of their messages changed since); their stored partials stand in
-for them. One Spark job reads the rest (PostgreSQL by ranges of born_at, the
-archive by its birth-date partitions) and reduces it to partial figures; the
-driver rolls everything up and writes the outputs.
+for them. The rest (report_input.py: PostgreSQL by ranges of born_at, the
+archive by its birth-date partitions) is read and reduced to partial figures
+by one Spark job (report_spark.py) or by threads of this process
+(report_arrow.py, no JVM); this process rolls everything up and writes the
+outputs.
 """
 
 from __future__ import annotations
@@ -25,40 +27,27 @@ from __future__ import annotations
 import shutil
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from coordinator.db.queries import execute_sync
-from coordinator.pipeline import charts, report_page
+from coordinator.pipeline import charts, report_arrow, report_page
 from coordinator.pipeline import report_state as states
-from coordinator.pipeline.figures import (
-    FROM_ARCHIVE,
-    STATES,
-    Rollup,
-    collect_partials,
-    epoch_micros,
-    partials,
-    rollup,
-)
-from coordinator.pipeline.manifest import RunStatus, runs_dir, unfinished_runs
+from coordinator.pipeline.figures import STATES, Rollup, rollup
 from coordinator.pipeline.progress import JobProgress, QuietProgress, StepTimes
-from coordinator.pipeline.tables import (
-    MESSAGES,
-    archive_days,
-    read_archive_days,
-    read_named,
-    read_parquet_dataset,
-    transactional_archive,
-)
+from coordinator.pipeline.report_input import report_input
 
+if TYPE_CHECKING:  # Spark is one of two engines: imported when a session is given
+    from pyspark.sql import SparkSession
+
+SPARK = "spark"
+IN_PROCESS = "in-process"
 CHART_GROUPS = 15  # the busiest producer group / topic pairs in per-group charts
 STATE_DIR = "_state"
 LAG_SCHEMA = pa.schema(
@@ -71,9 +60,6 @@ LAG_SCHEMA = pa.schema(
         ("oldest_pending_at", pa.timestamp("us", tz="UTC")),
     ]
 )
-# Archive runs whose files may hold messages still in PostgreSQL: published,
-# not yet deleted (or kept ones not yet taken back out of the files).
-_ARCHIVE_OVERLAP = (RunStatus.PUBLISHED, RunStatus.DELETED)
 
 
 @dataclass(frozen=True)
@@ -107,6 +93,7 @@ class ReportResult:
     hours_reused: int = 0  # closed hours taken from the state, not read
     state_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step
+    engine: str = ""  # SPARK or IN_PROCESS
 
 
 @dataclass(frozen=True)
@@ -139,102 +126,6 @@ def relation_exists(url: str, name: str) -> bool:
     with psycopg.connect(url) as conn:
         row = execute_sync(conn, "pipeline_relation_exists", {"name": name}).fetchone()
     return bool(row and row[0])
-
-
-def _array_literal(moments: list[datetime | None]) -> str:
-    """timestamptz values as a PostgreSQL array literal; None is 'infinity'."""
-    return "{" + ",".join(f'"{m.isoformat()}"' if m else '"infinity"' for m in moments) + "}"
-
-
-def _born_in(ranges: list[tuple[datetime, datetime | None]]) -> Column:
-    condition = F.lit(False)
-    for start, end in ranges:
-        within = F.col("born_at") >= F.timestamp_micros(F.lit(epoch_micros(start)))
-        if end is not None:
-            within &= F.col("born_at") < F.timestamp_micros(F.lit(epoch_micros(end)))
-        condition |= within
-    return condition
-
-
-def _days_of(ranges: list[tuple[datetime, datetime | None]], present: list[str]) -> list[str]:
-    """The archive's birth dates that overlap the ranges."""
-    chosen = []
-    for day in present:
-        first = datetime.fromisoformat(day).replace(tzinfo=UTC)
-        following = first + timedelta(days=1)
-        if any(start < following and (end is None or first < end) for start, end in ranges):
-            chosen.append(day)
-    return chosen
-
-
-def _overlapping_runs(archive_dir: Path) -> list[str]:
-    """Archive runs whose files may hold messages PostgreSQL still has."""
-    if not runs_dir(archive_dir).is_dir():
-        return []
-    return [run.run_id for run in unfinished_runs(archive_dir) if run.status in _ARCHIVE_OVERLAP]
-
-
-def _with_archive(live: DataFrame, archived: DataFrame, overlapping_runs: list[str]) -> DataFrame:
-    """Live rows plus archived ones, each offset once (live wins).
-
-    Only the files of an archive run between its publish and its end can hold
-    a message PostgreSQL still has: only their rows are checked against the
-    live offsets (a second read of PostgreSQL, which most runs never need).
-    """
-    live = live.withColumn(FROM_ARCHIVE, F.lit(False))
-    archived = archived.select(*live.columns[:-1]).withColumn(FROM_ARCHIVE, F.lit(True))
-    if not overlapping_runs:
-        return live.unionByName(archived)
-    in_flight = F.lit(False)
-    for run in overlapping_runs:
-        in_flight |= F.input_file_name().contains(f"/run-{run}-")
-    settled = archived.where(~in_flight)
-    maybe_live = archived.where(in_flight).join(live.select("id"), on="id", how="left_anti")
-    return live.unionByName(settled).unionByName(maybe_live)
-
-
-@dataclass(frozen=True)
-class _Input:
-    rows: DataFrame
-    archive_days: list[str]
-
-
-def _input(spark: SparkSession, url: str, options: ReportOptions, read: states.ReadPlan) -> _Input:
-    """The half messages of the hours to read, live and archived, each offset once."""
-    if read.full:
-        live = read_named(
-            spark,
-            url,
-            "pipeline_report_messages",
-            partition_column="id",
-            partitions=options.partitions,
-        )
-    else:
-        live = read_named(
-            spark,
-            url,
-            "pipeline_report_messages_born_in",
-            params={
-                "starts": _array_literal([start for start, _ in read.ranges]),
-                "ends": _array_literal([end for _, end in read.ranges]),
-            },
-            partition_column="id",
-            partitions=options.partitions,
-        )
-    if options.archive_dir is None:
-        return _Input(live.withColumn(FROM_ARCHIVE, F.lit(False)), [])
-    present = archive_days(options.archive_dir, MESSAGES)
-    if read.full:
-        days = present
-        archived = read_parquet_dataset(spark, options.archive_dir, MESSAGES)
-    else:
-        days = _days_of(read.ranges, present)
-        archived = read_archive_days(spark, options.archive_dir, MESSAGES, days)
-        archived = archived.where(_born_in(read.ranges))
-    rows = _with_archive(
-        live, transactional_archive(archived), _overlapping_runs(options.archive_dir)
-    )
-    return _Input(rows, days)
 
 
 def _write_dataset(table: pa.Table, path: Path) -> None:
@@ -372,8 +263,13 @@ def _draw_charts(
 
 
 def run_report(
-    spark: SparkSession, url: str, options: ReportOptions, *, progress: JobProgress | None = None
+    spark: SparkSession | None,
+    url: str,
+    options: ReportOptions,
+    *,
+    progress: JobProgress | None = None,
 ) -> ReportResult:
+    """The report, read and reduced by Spark in this session, or (None) in this process."""
     timed = StepTimes(progress or QuietProgress())
     out = options.output_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -400,9 +296,15 @@ def run_report(
             f"reusing {read.kept_hours:,} closed hours from {state_dir}; reading {read.reason}"
         )
 
-    source = _input(spark, url, options, read)
-    with timed.step("read", "reading half messages and reducing them (Spark)"):
-        computed = collect_partials(partials(source.rows))
+    source = report_input(url, options.archive_dir, read)
+    if spark is None:
+        with timed.step("read", "reading half messages and reducing them (in this process)"):
+            computed = report_arrow.read_partials(source, options.partitions, timed.tasks)
+    else:
+        from coordinator.pipeline import report_spark
+
+        with timed.step("read", "reading half messages and reducing them (Spark)"):
+            computed = report_spark.read_partials(spark, source, options.partitions)
     database_rows = int(pc.sum(computed.column("messages")).as_py() or 0)
     archive_rows = int(pc.sum(computed.column("archive_rows")).as_py() or 0)
     database_rows -= archive_rows
@@ -483,4 +385,5 @@ def run_report(
         hours_reused=read.kept_hours,
         state_dir=state_dir,
         timings=timed.seconds,
+        engine=SPARK if spark is not None else IN_PROCESS,
     )

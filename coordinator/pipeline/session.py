@@ -60,6 +60,11 @@ def resolve_master(master: str | None) -> str | None:
     return None if _launched_by_spark_submit() else DEFAULT_MASTER
 
 
+def master_named(master: str | None) -> bool:
+    """Whether a Spark master was asked for: --master, $COORDINATOR_SPARK_MASTER, spark-submit."""
+    return bool(master) or bool(os.environ.get(MASTER_ENV)) or _launched_by_spark_submit()
+
+
 def use_this_python(conf: Mapping[str, str] | None = None) -> None:
     """Executors run the interpreter `--conf spark.pyspark.python` names, else
     $PYSPARK_PYTHON, else the driver's own (so the same packages where the path is the same)."""

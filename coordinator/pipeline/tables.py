@@ -36,11 +36,8 @@ from pyspark.sql.types import (
 )
 
 from coordinator.db.queries import query
+from coordinator.pipeline.archive_layout import HISTORY, MESSAGES, PARTITION_COLUMNS
 from coordinator.pipeline.source import FORMAT
-
-MESSAGES = "messages"
-HISTORY = "history"
-PARTITION_COLUMNS = ("born_date", "topic")
 
 
 def _schema(*fields: tuple[str, DataType]) -> StructType:
@@ -140,14 +137,6 @@ def read_parquet_dataset(spark: SparkSession, root: Path, table: str) -> DataFra
     if not any(path.glob("*=*/*=*/*.parquet")):
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).option("basePath", str(path)).parquet(str(path))
-
-
-def archive_days(root: Path, table: str) -> list[str]:
-    """The birth dates (ISO) an archive table has partitions for."""
-    prefix = f"{PARTITION_COLUMNS[0]}="
-    return sorted(
-        p.name.removeprefix(prefix) for p in (root / table).glob(f"{prefix}*") if p.is_dir()
-    )
 
 
 def read_archive_days(spark: SparkSession, root: Path, table: str, days: list[str]) -> DataFrame:

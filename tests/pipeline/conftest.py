@@ -45,3 +45,11 @@ def _stop_the_jvm() -> None:
         jvm.wait()
     SparkContext._gateway = None
     SparkContext._jvm = None
+
+
+@pytest.fixture(params=["spark", "in-process"])
+def engine(request: pytest.FixtureRequest) -> SparkSession | None:
+    """What run_report reads and reduces with: the Spark session, or None (in-process)."""
+    if request.param == "spark":
+        return request.getfixturevalue("spark")
+    return None

@@ -24,6 +24,8 @@ def test_the_report_benchmark_writes_its_json(
     assert size["messages"] == 3000 and size["hourly_rows"] > 0
     assert size["figures_compared"] > 3000  # every figure of every row, against SQL's
     assert size["sql_seconds"] > 0 and size["report_seconds"] > 0
+    assert size["spark_figures_compared"] == size["figures_compared"]  # the Spark job's too
+    assert size["spark_report_seconds"] > 0 and size["phases_in_process"]["read"] > 0
     assert size["read"]["rows"] == 3000 and size["read"]["rows_per_second"] > 0
     incremental = size["incremental"]
     assert 0 < incremental["rows_read"] < 3000 and incremental["closed_hours_reused"] > 0

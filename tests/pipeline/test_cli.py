@@ -58,7 +58,13 @@ def test_report_archive_and_audit_from_the_command_line(
     report = invoke(database_url, "report", "-o", str(tmp_path / "report"), "--partitions", "2")
     assert report.exit_code == 0, report.output
     assert "7 half messages" in report.output and "report.html" in report.output
+    assert "in this process (no Spark)" in report.output  # no master named: no Spark
     assert (tmp_path / "report" / "report.html").exists()
+    on_spark = invoke(
+        database_url, "report", "-o", str(tmp_path / "on-spark"), "--master", "local[1]"
+    )
+    assert on_spark.exit_code == 0, on_spark.output
+    assert "7 half messages" in on_spark.output and "with Spark" in on_spark.output
 
     archive = invoke(
         database_url,
@@ -112,6 +118,8 @@ def test_an_80_column_terminal_gets_the_audits_ids_whole(
     [
         ("archive", "--older-than", "soon"),
         ("report", "--conf", "no-equals-sign"),
+        ("report", "--engine", "in-process", "--master", "local[1]"),
+        ("report", "--engine", "in-process", "--conf", "spark.ui.enabled=false"),
         ("audit", "--match-on", "body"),
         ("audit", "--as-of", "yesterday"),
         ("audit", "--table", "no_such_table"),

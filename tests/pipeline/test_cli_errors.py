@@ -92,3 +92,31 @@ def test_an_unreachable_database_exits_5_with_one_sentence(
     assert line.startswith("error: cannot reach the database")
     assert "Connection refused" in line and "127.0.0.1" in line and "Traceback" not in line
     assert done.stdout == ""
+
+
+def test_a_report_without_a_master_starts_no_jvm(database_url: str, tmp_path: Path) -> None:
+    import psycopg
+
+    from tests.pipeline.data import seed
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        seed(conn, 300, anchor=now, span_hours=6, groups=2, topics=2)
+    # No Java where JAVA_HOME points: Spark cannot start, the report needs none.
+    no_java = {"JAVA_HOME": str(tmp_path / "no-java")}
+    report = [COMMAND, "--database-url", database_url, "pipeline", "report", "-o", "out"]
+
+    done = run(report, tmp_path, **no_java)
+    assert done.returncode == 0, done.stderr
+    assert "300 half messages" in done.stdout
+    assert "read 300 rows from PostgreSQL, in this process (no Spark)." in done.stdout
+    assert (tmp_path / "out" / "report.html").is_file()
+
+    # Spark's own launcher script complains first; ours is the last line.
+    java_missing = "error: the job failed (PySparkRuntimeError: [JAVA_GATEWAY_EXITED] "
+    forced = run([*report, "--engine", "spark"], tmp_path, **no_java)
+    assert forced.returncode == 1
+    assert forced.stderr.splitlines()[-1].startswith(java_missing), forced.stderr
+    named = run(report, tmp_path, COORDINATOR_SPARK_MASTER="local[1]", **no_java)
+    assert named.returncode == 1  # a master named: a Spark job, which needs Java
+    assert named.stderr.splitlines()[-1].startswith(java_missing), named.stderr

@@ -1,4 +1,4 @@
-"""The lifecycle report: Spark's figures equal the same figures computed in SQL."""
+"""The lifecycle report: its figures, by Spark or in-process, equal the same figures in SQL."""
 
 from __future__ import annotations
 
@@ -10,12 +10,20 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from bench.report_figures import dataset_rows, same_figure
+from bench.report_figures import assert_same_datasets, dataset_rows, same_figure
 from coordinator.db.queries import query
 from coordinator.pipeline.archive import ArchiveOptions, run_archive
+from coordinator.pipeline.archive_layout import MESSAGES
 from coordinator.pipeline.figures import STATES
-from coordinator.pipeline.report import ReportOptions, ReportResult, run_report
-from tests.pipeline.data import add_message, seed
+from coordinator.pipeline.report import (
+    IN_PROCESS,
+    SPARK,
+    ReportOptions,
+    ReportResult,
+    run_report,
+)
+from tests.pipeline.data import add_message, parquet_column, seed
+from tests.pipeline.test_archive import Crash, crash_at
 
 AS_OF = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 SUBSCRIBED_TOPIC = "topic-0"
@@ -46,16 +54,22 @@ def history(db: psycopg.Connection) -> None:
     )
 
 
-def _report(spark: SparkSession, url: str, out: Path, archive: Path | None = None) -> ReportResult:
+def _report(
+    engine: SparkSession | None, url: str, out: Path, archive: Path | None = None
+) -> ReportResult:
     return run_report(
-        spark, url, ReportOptions(out, archive_dir=archive, as_of=AS_OF, partitions=3)
+        engine, url, ReportOptions(out, archive_dir=archive, as_of=AS_OF, partitions=3)
     )
 
 
 def test_hourly_figures_equal_the_sql_aggregate(
-    spark: SparkSession, database_url: str, db: psycopg.Connection, history: None, tmp_path: Path
+    engine: SparkSession | None,
+    database_url: str,
+    db: psycopg.Connection,
+    history: None,
+    tmp_path: Path,
 ) -> None:
-    result = _report(spark, database_url, tmp_path)
+    result = _report(engine, database_url, tmp_path)
 
     spark_rows = dataset_rows(tmp_path / "figures_hourly", ("producer_group", "topic", "hour"))
     sql_rows = {
@@ -115,9 +129,13 @@ def test_hourly_figures_equal_the_sql_aggregate(
 
 
 def test_totals_consumer_lag_charts_and_page(
-    spark: SparkSession, database_url: str, db: psycopg.Connection, history: None, tmp_path: Path
+    engine: SparkSession | None,
+    database_url: str,
+    db: psycopg.Connection,
+    history: None,
+    tmp_path: Path,
 ) -> None:
-    result = _report(spark, database_url, tmp_path)
+    result = _report(engine, database_url, tmp_path)
     totals = dataset_rows(tmp_path / "figures_total", ("producer_group", "topic"))
     expected = db.execute(
         """
@@ -175,20 +193,24 @@ def test_totals_consumer_lag_charts_and_page(
 
 
 def test_archived_and_live_messages_together_give_the_same_report(
-    spark: SparkSession, database_url: str, db: psycopg.Connection, tmp_path: Path
+    spark: SparkSession,
+    engine: SparkSession | None,
+    database_url: str,
+    db: psycopg.Connection,
+    tmp_path: Path,
 ) -> None:
     now = db.execute("SELECT now()").fetchone()[0]
     seed(db, 1_200, anchor=now, span_hours=24 * 6, groups=2, topics=2)
     as_of = now
-    before = run_report(spark, database_url, ReportOptions(tmp_path / "before", as_of=as_of))
+    before = run_report(engine, database_url, ReportOptions(tmp_path / "before", as_of=as_of))
 
     archive = tmp_path / "archive"
     (run,) = run_archive(spark, database_url, ArchiveOptions(archive, timedelta(hours=72)))
     assert run.deleted > 100
 
-    live_only = run_report(spark, database_url, ReportOptions(tmp_path / "live", as_of=as_of))
+    live_only = run_report(engine, database_url, ReportOptions(tmp_path / "live", as_of=as_of))
     both = run_report(
-        spark, database_url, ReportOptions(tmp_path / "both", archive_dir=archive, as_of=as_of)
+        engine, database_url, ReportOptions(tmp_path / "both", archive_dir=archive, as_of=as_of)
     )
     assert live_only.messages == before.messages - run.deleted
     assert both.messages == before.messages
@@ -201,3 +223,47 @@ def test_archived_and_live_messages_together_give_the_same_report(
             same_figure(actual[key][c], v) if isinstance(v, float) else actual[key][c] == v
             for c, v in row.items()
         ), key
+
+
+def test_spark_and_the_in_process_engine_write_the_same_report(
+    spark: SparkSession, database_url: str, db: psycopg.Connection, history: None, tmp_path: Path
+) -> None:
+    with_spark = _report(spark, database_url, tmp_path / "spark")
+    in_process = _report(None, database_url, tmp_path / "in-process")
+    assert (with_spark.engine, in_process.engine) == (SPARK, IN_PROCESS)
+    assert in_process.messages == with_spark.messages > 2_500
+    assert_same_datasets(tmp_path / "in-process", tmp_path / "spark")
+
+
+@pytest.mark.parametrize("step", ["published", "deleted-batch"])
+def test_a_message_in_postgres_and_in_an_unfinished_archive_run_counts_once(
+    spark: SparkSession,
+    engine: SparkSession | None,
+    database_url: str,
+    db: psycopg.Connection,
+    tmp_path: Path,
+    step: str,
+) -> None:
+    now = db.execute("SELECT now()").fetchone()[0]
+    seed(db, 1_200, anchor=now, span_hours=24 * 6, groups=2, topics=2)
+    before = run_report(engine, database_url, ReportOptions(tmp_path / "before", as_of=now))
+    archive = tmp_path / "archive"
+    # The archive run stops after publishing its files (and after deleting some of
+    # their messages): they are in the Parquet files and, all or some, in PostgreSQL.
+    with pytest.raises(Crash):
+        run_archive(
+            spark,
+            database_url,
+            ArchiveOptions(archive, timedelta(hours=72), batch_size=100),
+            checkpoint=crash_at(step),
+        )
+    archived = len(parquet_column(archive, MESSAGES, "id"))
+    live = db.execute("SELECT count(*) FROM messages").fetchone()[0]
+    assert archived > 100 and live + archived > before.messages  # counted twice if added up
+
+    both = run_report(
+        engine, database_url, ReportOptions(tmp_path / "both", archive_dir=archive, as_of=now)
+    )
+    assert both.messages == before.messages
+    assert both.archive_rows == before.messages - live
+    assert_same_datasets(tmp_path / "both", tmp_path / "before")

@@ -96,7 +96,7 @@ def _hours_before(db: psycopg.Connection, moment: datetime) -> set[datetime]:
 
 
 def test_a_rerun_reads_only_the_hours_that_can_change(
-    spark: SparkSession, database_url: str, db: psycopg.Connection, tmp_path: Path
+    engine: SparkSession | None, database_url: str, db: psycopg.Connection, tmp_path: Path
 ) -> None:
     start = _now(db)
     seed(db, 3_000, anchor=start, span_hours=30, groups=2, topics=2)
@@ -107,7 +107,7 @@ def test_a_rerun_reads_only_the_hours_that_can_change(
     total = db.execute("SELECT count(*) FROM messages").fetchone()[0]
     out = tmp_path / "report"
 
-    first = run_report(spark, database_url, ReportOptions(out, partitions=3))
+    first = run_report(engine, database_url, ReportOptions(out, partitions=3))
     assert first.full and first.reason == "no stored figures yet"
     assert first.database_rows == first.messages == total
     recent = _recent_from(first)
@@ -128,7 +128,7 @@ def test_a_rerun_reads_only_the_hours_that_can_change(
     _resolve_now(db, discarded)
     as_of = _now(db)
 
-    second = run_report(spark, database_url, ReportOptions(out, as_of=as_of, partitions=3))
+    second = run_report(engine, database_url, ReportOptions(out, as_of=as_of, partitions=3))
 
     assert not second.full
     reread = open_at_first | {_hour(discarded_born)}
@@ -140,7 +140,7 @@ def test_a_rerun_reads_only_the_hours_that_can_change(
     assert_equal_figures(out, sql_figures(database_url, as_of))
 
     full = run_report(
-        spark, database_url, ReportOptions(tmp_path / "full", as_of=as_of, partitions=3, full=True)
+        engine, database_url, ReportOptions(tmp_path / "full", as_of=as_of, partitions=3, full=True)
     )
     assert full.full and full.database_rows == second.messages
     assert_same_datasets(out, tmp_path / "full")
@@ -149,7 +149,7 @@ def test_a_rerun_reads_only_the_hours_that_can_change(
     # hours changed less than CLOSE_MARGIN before the second run's clock (a transaction
     # in flight then may have committed after its read) once more; no other.
     recent = _recent_from(second)
-    third = run_report(spark, database_url, ReportOptions(out, as_of=as_of, partitions=3))
+    third = run_report(engine, database_url, ReportOptions(out, as_of=as_of, partitions=3))
     open_now = {h for h in _hours_with_prepared(db) if h < recent}
     assert _hour(open_born) in open_now and _hour(late_born) not in open_now
     changed = {_hour(late_born), _hour(discarded_born)}
@@ -169,7 +169,11 @@ def _archived_rows_in(archive: Path, hours: set[datetime]) -> int:
 
 
 def test_archived_hours_keep_their_figures_and_only_the_days_read_are_opened(
-    spark: SparkSession, database_url: str, db: psycopg.Connection, tmp_path: Path
+    spark: SparkSession,
+    engine: SparkSession | None,
+    database_url: str,
+    db: psycopg.Connection,
+    tmp_path: Path,
 ) -> None:
     start = _now(db)
     seed(db, 2_400, anchor=start, span_hours=24 * 6, groups=2, topics=2)
@@ -179,7 +183,7 @@ def test_archived_hours_keep_their_figures_and_only_the_days_read_are_opened(
     out = tmp_path / "report"
     options = ReportOptions(out, archive_dir=archive, partitions=3)
 
-    first = run_report(spark, database_url, options)
+    first = run_report(engine, database_url, options)
     assert first.full and first.archive_rows == 0
     recent = _recent_from(first)
     open_at_first = {h for h in _hours_with_prepared(db) if h < recent}
@@ -192,7 +196,7 @@ def test_archived_hours_keep_their_figures_and_only_the_days_read_are_opened(
     seed(db, 30, anchor=_now(db), span_hours=0.1, groups=2, topics=2, seed=2)
     as_of = _now(db)
 
-    second = run_report(spark, database_url, ReportOptions(out, archive, as_of, partitions=3))
+    second = run_report(engine, database_url, ReportOptions(out, archive, as_of, partitions=3))
 
     old_hour = _hour(old_born)
     assert second.archive_days == [old_hour.date().isoformat()]  # one day of the archive
@@ -200,7 +204,7 @@ def test_archived_hours_keep_their_figures_and_only_the_days_read_are_opened(
     assert second.database_rows == _live_rows_in(db, recent, open_at_first)
     assert second.messages == first.messages + 30
     full = run_report(
-        spark,
+        engine,
         database_url,
         ReportOptions(tmp_path / "full", archive, as_of, partitions=3, full=True),
     )
@@ -208,7 +212,7 @@ def test_archived_hours_keep_their_figures_and_only_the_days_read_are_opened(
     assert_same_datasets(out, tmp_path / "full")
 
     # A state made with another archive (or none) is not used.
-    other = run_report(spark, database_url, ReportOptions(out, as_of=as_of, partitions=3))
+    other = run_report(engine, database_url, ReportOptions(out, as_of=as_of, partitions=3))
     assert (
         other.full
         and other.reason == f"the stored figures were made with --archive-dir {archive.resolve()}"
@@ -235,12 +239,12 @@ def test_the_report_command_says_what_it_read_and_reuses_its_state(
         assert result.exit_code == 0, result.output
         return result.output
 
-    assert "read 500 rows from PostgreSQL.\n" in report()
+    assert "read 500 rows from PostgreSQL, in this process (no Spark).\n" in report()
     assert (state / "state.json").is_file() and not (tmp_path / "out" / "_state").exists()
     again = report()
     assert "closed hours reused from the state" in again and "reading every hour" not in again
     assert "read 500 rows" not in again
-    assert "read 500 rows from PostgreSQL.\n" in report("--full")
+    assert "read 500 rows from PostgreSQL, in this process (no Spark).\n" in report("--full")
     stored = pq.read_table(state / "closed")
     assert pc.sum(stored.column("prepared")).as_py() == 0  # closed hours have nothing pending
 

@@ -1,0 +1,29 @@
+"""Where the archive keeps each table: a Parquet dataset per table, partitioned
+by the message's birth date (UTC) and topic (the layout tables.py describes).
+
+Plain paths, no Spark: the report's in-process engine reads the same files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MESSAGES = "messages"
+HISTORY = "history"
+PARTITION_COLUMNS = ("born_date", "topic")
+
+
+def archive_days(root: Path, table: str) -> list[str]:
+    """The birth dates (ISO) an archive table has partitions for."""
+    prefix = f"{PARTITION_COLUMNS[0]}="
+    return sorted(
+        p.name.removeprefix(prefix) for p in (root / table).glob(f"{prefix}*") if p.is_dir()
+    )
+
+
+def day_files(root: Path, table: str, days: list[str]) -> list[Path]:
+    """The Parquet files of these birth dates' partitions (every topic)."""
+    files: list[Path] = []
+    for day in days:
+        files.extend(sorted((root / table / f"{PARTITION_COLUMNS[0]}={day}").glob("*=*/*.parquet")))
+    return files
