@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+import signal
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 
 import typer
@@ -272,8 +274,9 @@ def status(
     consumer groups: the status page's figures. --watch keeps them live (Ctrl-C ends it)."""
     try:
         _status(ctx, watch, interval, minutes, as_json, iterations)
-    except KeyboardInterrupt:
-        # Ctrl-C is how --watch ends: not an error.
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        # Ctrl-C is how --watch ends: not an error (a second one, while the
+        # first waits for a read to finish, ends it at once).
         raise typer.Exit(0) from None
 
 
@@ -294,26 +297,53 @@ async def _status(
             else:
                 console.print(render(overview, width=console.width))
             return
-        reads = _reads(core, minutes, interval, iterations)
-        if as_json:
-            # One JSON document per line and read, for scripts that follow it.
-            async for overview in reads:
-                typer.echo(json.dumps(OverviewOut.of(overview).model_dump(mode="json")))
-            return
-        footer = f"read every {interval:g} s; Ctrl-C to stop"
-        with Live(console=console, auto_refresh=False) as live:
-            async for overview in reads:
-                live.update(render(overview, width=console.width, footer=footer), refresh=True)
+        with _stopped_by_ctrl_c() as stop:
+            reads = _reads(core, minutes, interval, iterations, stop)
+            if as_json:
+                # One JSON document per line and read, for scripts that follow it.
+                async for overview in reads:
+                    typer.echo(json.dumps(OverviewOut.of(overview).model_dump(mode="json")))
+                return
+            footer = f"read every {interval:g} s; Ctrl-C to stop"
+            with Live(console=console, auto_refresh=False) as live:
+                async for overview in reads:
+                    live.update(render(overview, width=console.width, footer=footer), refresh=True)
+
+
+@contextmanager
+def _stopped_by_ctrl_c() -> Iterator[asyncio.Event]:
+    """An event Ctrl-C sets: the watch ends between two reads, never cancelling one
+    mid-query (the pool then closes with every connection idle). A second Ctrl-C
+    cancels the command at once."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    command = asyncio.current_task()
+
+    def on_ctrl_c() -> None:
+        if stop.is_set() and command is not None:
+            command.cancel()
+        stop.set()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_ctrl_c)
+    except (ValueError, RuntimeError):  # not the main thread: Ctrl-C stays KeyboardInterrupt
+        yield stop
+        return
+    try:
+        yield stop
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 async def _reads(
-    core: Coordinator, minutes: int, interval: float, iterations: int | None
+    core: Coordinator, minutes: int, interval: float, iterations: int | None, stop: asyncio.Event
 ) -> AsyncIterator[Overview]:
     """An overview every `interval` seconds, `iterations` times (None: until stopped)."""
     done = 0
-    while True:
+    while not stop.is_set():
         yield await core.overview.read(minutes)
         done += 1
         if iterations is not None and done >= iterations:
             return
-        await asyncio.sleep(interval)
+        with suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval)

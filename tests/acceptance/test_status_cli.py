@@ -174,3 +174,21 @@ def test_watch_follows_changes_and_ctrl_c_ends_it_with_0(
     last = screen.rsplit("coordinator status", 1)[1]
     assert committed not in last
     assert re.search(r"committed\s+\S*\s+4\s", last)
+
+
+def test_ctrl_c_during_a_read_lets_the_read_finish_then_ends_with_0(
+    database_url: str, seeded: None, tmp_path: Path
+) -> None:
+    out = tmp_path / "watch.out"
+    with _watching(database_url, out) as process, psycopg.connect(database_url) as blocker:
+        _until(lambda: "8 pending; oldest" in _screen(out), "the figures were shown", out)
+        # The next read waits for this lock: Ctrl-C arrives while it runs.
+        blocker.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
+        time.sleep(1.0)
+        os.kill(process.pid, signal.SIGINT)
+        assert not exited_within(process, 1.0)  # the read is not cancelled mid-query
+        blocker.rollback()
+        assert exited_within(process, WAIT_SECONDS)
+        assert process.wait() == 0, _screen(out)[-3000:]
+    screen = _screen(out)
+    assert "Traceback" not in screen and "Aborted" not in screen
