@@ -30,13 +30,9 @@ class ReportInput:
     born_in: BirthRanges | None  # None: every hour
     archive_dir: Path | None
     archive_days: list[str]  # the archive's birth dates to open (ISO)
-    # archive runs between publish and end: only their files' rows are checked
-    # against the live offsets (the others' messages are gone from PostgreSQL)
+    # archive runs not done: only their files' rows are checked against the
+    # live offsets (the other runs' messages are gone from PostgreSQL)
     overlapping_runs: list[str]
-
-    @property
-    def full(self) -> bool:
-        return self.born_in is None
 
     @property
     def overlapping_marks(self) -> list[str]:
