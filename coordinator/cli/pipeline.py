@@ -371,30 +371,23 @@ def report(
     _require_extra()
     url = _current_database(ctx)
 
-    def options(default_partitions: int) -> ReportOptions:
+    def options(reads: int) -> ReportOptions:
         from coordinator.pipeline.report import ReportOptions
 
-        return ReportOptions(
-            output,
-            archive_dir,
-            moment,
-            partitions or default_partitions,
-            state_dir=state_dir,
-            full=full,
-        )
+        return ReportOptions(output, archive_dir, moment, reads, state_dir=state_dir, full=full)
 
     def in_spark(spark: SparkSession) -> ReportResult:
         from coordinator.pipeline.progress import ConsoleProgress
         from coordinator.pipeline.report import run_report
 
-        chosen = options(_partitions(spark, None))
+        chosen = options(_partitions(spark, partitions))
         return run_report(spark, url, chosen, progress=ConsoleProgress(err_console, spark))
 
     def in_process() -> ReportResult:
         from coordinator.pipeline.progress import ConsoleProgress
         from coordinator.pipeline.report import run_report
 
-        chosen = options(os.cpu_count() or 1)
+        chosen = options(partitions or os.cpu_count() or 1)
         return run_report(None, url, chosen, progress=ConsoleProgress(err_console))
 
     result = _run_job(master, conf, in_spark) if with_spark else _guarded(in_process, spark=False)

@@ -326,13 +326,14 @@ def _stopped_by_ctrl_c() -> Iterator[asyncio.Event]:
 
     try:
         loop.add_signal_handler(signal.SIGINT, on_ctrl_c)
+        installed = True
     except (ValueError, RuntimeError):  # not the main thread: Ctrl-C stays KeyboardInterrupt
-        yield stop
-        return
+        installed = False
     try:
         yield stop
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        if installed:
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 async def _reads(

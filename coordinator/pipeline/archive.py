@@ -44,16 +44,16 @@ from pyspark.sql import DataFrame, SparkSession
 
 from coordinator.db.queries import execute_sync
 from coordinator.pipeline import manifest as manifests
-from coordinator.pipeline.checksums import PartitionKey, PartitionSum, partition_sums
-from coordinator.pipeline.manifest import PartitionRecord, RunManifest, RunStatus
-from coordinator.pipeline.progress import JobProgress, QuietProgress
-from coordinator.pipeline.tables import (
+from coordinator.pipeline.archive_layout import (
     HISTORY,
     MESSAGES,
     PARTITION_COLUMNS,
-    read_named,
-    read_parquet_dataset,
+    run_file_prefix,
 )
+from coordinator.pipeline.checksums import PartitionKey, PartitionSum, partition_sums
+from coordinator.pipeline.manifest import PartitionRecord, RunManifest, RunStatus
+from coordinator.pipeline.progress import JobProgress, QuietProgress
+from coordinator.pipeline.tables import read_named, read_parquet_dataset
 
 Checkpoint = Callable[[str], None]
 
@@ -106,7 +106,7 @@ def _chunks(values: list[int], size: int) -> Iterator[list[int]]:
 
 def _published_path(archive: Path, relative: str, run_id: str) -> Path:
     staged = Path(relative)
-    return archive / staged.parent / f"run-{run_id}-{staged.name}"
+    return archive / staged.parent / f"{run_file_prefix(run_id)}{staged.name}"
 
 
 def _write_partitioned(rows: DataFrame, path: Path) -> None:

@@ -13,6 +13,16 @@ HISTORY = "history"
 PARTITION_COLUMNS = ("born_date", "topic")
 
 
+def run_file_prefix(run_id: str) -> str:
+    """How an archive run's published files are named: run-<run>-<Spark's part name>."""
+    return f"run-{run_id}-"
+
+
+def day_dir(root: Path, table: str, day: str) -> Path:
+    """One birth date's partition of an archive table (a directory per topic below)."""
+    return root / table / f"{PARTITION_COLUMNS[0]}={day}"
+
+
 def archive_days(root: Path, table: str) -> list[str]:
     """The birth dates (ISO) an archive table has partitions for."""
     prefix = f"{PARTITION_COLUMNS[0]}="
@@ -25,5 +35,5 @@ def day_files(root: Path, table: str, days: list[str]) -> list[Path]:
     """The Parquet files of these birth dates' partitions (every topic)."""
     files: list[Path] = []
     for day in days:
-        files.extend(sorted((root / table / f"{PARTITION_COLUMNS[0]}={day}").glob("*=*/*.parquet")))
+        files.extend(sorted(day_dir(root, table, day).glob("*=*/*.parquet")))
     return files

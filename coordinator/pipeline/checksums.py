@@ -16,7 +16,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from coordinator.pipeline.tables import HISTORY, MESSAGES, PARTITION_COLUMNS
+from coordinator.pipeline.archive_layout import HISTORY, MESSAGES, PARTITION_COLUMNS
 
 NULL_TEXT = "\\N"
 

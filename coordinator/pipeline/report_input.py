@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from coordinator.pipeline.archive_layout import MESSAGES, archive_days
+from coordinator.pipeline.archive_layout import MESSAGES, archive_days, run_file_prefix
 from coordinator.pipeline.manifest import runs_dir, unfinished_runs
 from coordinator.pipeline.report_state import ReadPlan
 
@@ -36,8 +36,8 @@ class ReportInput:
 
     @property
     def overlapping_marks(self) -> list[str]:
-        """What the paths of those runs' files contain (archive.py names them run-<run>-...)."""
-        return [f"/run-{run}-" for run in self.overlapping_runs]
+        """What the paths of those runs' files contain."""
+        return [f"/{run_file_prefix(run)}" for run in self.overlapping_runs]
 
     def overlaps(self, path: str) -> bool:
         """Whether an archive file may hold a message PostgreSQL still has."""

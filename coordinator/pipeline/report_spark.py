@@ -47,9 +47,10 @@ def _born_in(ranges: BirthRanges) -> Column:
 def _with_archive(live: DataFrame, archived: DataFrame, source: ReportInput) -> DataFrame:
     """Live rows plus archived ones, each offset once (live wins).
 
-    Only the files of an archive run between its publish and its end can hold
-    a message PostgreSQL still has: only their rows are checked against the
-    live offsets (a second read of PostgreSQL, which most runs never need).
+    Only the files of an archive run not done can hold a message PostgreSQL
+    still has (report_input.overlapping_runs): only their rows are checked
+    against the live offsets (a second read of PostgreSQL, which most runs
+    never need).
     """
     live = live.withColumn(FROM_ARCHIVE, F.lit(False))
     archived = archived.select(*live.columns[:-1]).withColumn(FROM_ARCHIVE, F.lit(True))

@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 )
 
 from coordinator.db.queries import query
-from coordinator.pipeline.archive_layout import HISTORY, MESSAGES, PARTITION_COLUMNS
+from coordinator.pipeline.archive_layout import HISTORY, MESSAGES, day_dir
 from coordinator.pipeline.source import FORMAT
 
 
@@ -143,7 +143,7 @@ def read_archive_days(spark: SparkSession, root: Path, table: str, days: list[st
     """Only these birth dates' partitions of an archive table: Spark lists and opens no other."""
     schema = _ARCHIVE_SCHEMAS[table]
     path = root / table
-    chosen = [path / f"{PARTITION_COLUMNS[0]}={day}" for day in days]
+    chosen = [day_dir(root, table, day) for day in days]
     present = [str(p) for p in chosen if any(p.glob("*=*/*.parquet"))]
     if not present:
         return spark.createDataFrame([], schema)
