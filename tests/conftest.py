@@ -13,23 +13,21 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, quote, urlparse
 
 import psycopg
 import pytest
-import uvicorn
 from pytest_postgresql import factories
 
 from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.db import migrate
 from coordinator.domain.access import Grants
-from coordinator.http import create_app
-from coordinator.http.protocol import CoalescingHttpToolsProtocol
+from coordinator.node import Node, configured_doors, running_node
 
 # No process a test started may outlive the session (checked at its end).
 from tests.leftovers import pytest_sessionfinish, pytest_sessionstart  # noqa: F401
@@ -108,41 +106,63 @@ async def core(database_url: str, settings: Settings) -> AsyncIterator[Coordinat
 
 
 class LiveServer:
-    """A coordinator serving real HTTP on a loopback port, in a thread."""
+    """A coordinator node serving real HTTP on a loopback port (and gRPC when
+    settings.grpc_port is set), in a thread: the node `coordinator serve` runs."""
 
-    def __init__(
-        self,
-        database_url: str,
-        settings: Settings,
-        http: Callable[..., asyncio.Protocol] = CoalescingHttpToolsProtocol,
-    ) -> None:
+    def __init__(self, database_url: str, settings: Settings) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            create_app(database_url, settings),
-            log_level="warning",
-            http=http,  # type: ignore[arg-type]
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
+        self._database_url = database_url
+        self._settings = settings
+        self._node: Node | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def core(self) -> Coordinator:
+        assert self._node is not None, "the node is not running"
+        return self._node.core
+
+    @property
+    def doors(self) -> list[Any]:
+        """The serving doors, HTTP's first."""
+        assert self._node is not None, "the node is not running"
+        return self._node.doors
+
+    def _serve(self) -> None:
+        async def serve() -> None:
+            doors = configured_doors(self._settings, [self.sock])
+            async with running_node(self._database_url, self._settings, doors) as node:
+                self._node, self._loop = node, asyncio.get_running_loop()
+                self._started.set()
+                await node.serve()
+
+        try:
+            asyncio.run(serve())
+        except BaseException as failure:
+            self._failure = failure
+        finally:
+            self._started.set()
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the coordinator did not start")
-            time.sleep(0.02)
+        if not self._started.wait(timeout=30) or self._node is None:
+            self.thread.join(timeout=15)
+            self.sock.close()
+            raise RuntimeError("the coordinator did not start") from self._failure
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
+        if self._loop is not None and self._node is not None:
+            self._loop.call_soon_threadsafe(self._node.stop)
         self.thread.join(timeout=15)
         self.sock.close()
+        if self._failure is not None:
+            raise RuntimeError("the coordinator failed while serving") from self._failure
 
 
 @pytest.fixture

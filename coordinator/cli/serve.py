@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-import os
+import logging
+import logging.config
 import signal
 import socket
 import ssl
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import psycopg
 import typer
-import uvicorn
-from uvicorn.config import STARTUP_FAILURE
 
 from coordinator import logs
 from coordinator.cli import listening
@@ -32,8 +29,11 @@ from coordinator.config import Settings, env_name
 from coordinator.core.auth import is_loopback
 from coordinator.db.queries import execute_sync
 from coordinator.db.ready import describe_database
-from coordinator.http import create_app
-from coordinator.http.protocol import CoalescingHttpToolsProtocol
+from coordinator.domain.errors import DoorFailed
+from coordinator.node.process import serve_node
+from coordinator.node.workers import serve_workers
+
+log = logging.getLogger(__name__)
 
 # uvicorn's default: connections the kernel holds before the app accepts them.
 BACKLOG = 2048
@@ -153,31 +153,24 @@ def _say_listening(settings: Settings, port: int) -> None:
 
 
 def _run(url: str, settings: Settings, workers: int, http_socket: socket.socket) -> None:
-    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
-    # with the handler it found. The default handler would end the process
+    # Until the node takes the signals over (and after it gave them back), a
+    # SIGTERM exits as Ctrl-C does: the default handler would end the process
     # without running atexit hooks, and the embedded server's hook stops
-    # Postgres: exit as on SIGINT instead, so nothing is left running.
+    # Postgres.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    options = _server_options(settings, http_socket)
+    log_config = logs.server_log_config(settings.log_format, settings.access_log)
+    logging.config.dictConfig(log_config)
+    if workers > 1:
+        if serve_workers(url, settings, http_socket, workers, log_config) != 0:
+            raise fail("the coordinator did not start: see the error above", 1)
+        return
     try:
-        if workers == 1:
-            uvicorn.run(create_app(url, settings), **options)
-            return
-        # Worker processes import the app by name and read their settings back
-        # from the environment, with the database already resolved and migrated.
-        os.environ.update(settings.with_overrides(database_url=url).to_environment())
-        uvicorn.run(
-            "coordinator.http.app:app_from_environment",
-            factory=True,
-            workers=workers,
-            **options,
-        )
-    except SystemExit as stopped:
-        # uvicorn's code for an app that failed to start (it logged why) would
-        # read as "not found" (3) here.
-        if stopped.code == STARTUP_FAILURE:
-            raise fail("the coordinator did not start: see the error above", 1) from None
-        raise
+        serve_node(url, settings, [http_socket])
+    except DoorFailed as error:
+        raise fail(f"the coordinator did not start: {error}", EXIT_CANNOT_LISTEN) from None
+    except Exception:
+        log.exception("the coordinator stopped")
+        raise fail("the coordinator did not start: see the error above", 1) from None
 
 
 def _check_grpc_extra() -> None:
@@ -282,33 +275,6 @@ def _check_authentication(settings: Settings, tokens: int) -> None:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def _server_options(settings: Settings, http_socket: socket.socket) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        # The socket serve bound: uvicorn serves it, in each --workers process too.
-        "fd": http_socket.fileno(),
-        # uvicorn's access log stays off: the coordinator writes its own, with
-        # route templates and durations (logs.py, setting access_log).
-        "log_level": "warning",
-        "access_log": False,
-        # Applied by uvicorn in this process and in every --workers process.
-        "log_config": logs.server_log_config(settings.log_format, settings.access_log),
-        # uvicorn calls the protocol class with keywords only, so a partial
-        # carries the limits; it pickles, so --workers processes get it too.
-        "http": functools.partial(
-            CoalescingHttpToolsProtocol,
-            max_connections=settings.max_connections,
-            request_read_timeout=settings.request_read_timeout_seconds,
-        ),
-        # The coordinator never reads the client's address, which is all that
-        # uvicorn's proxy-header middleware would parse every request for.
-        "proxy_headers": False,
-    }
-    if settings.tls_cert_file and settings.tls_key_file:
-        options["ssl_certfile"] = str(settings.tls_cert_file)
-        options["ssl_keyfile"] = str(settings.tls_key_file)
-    return options
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -81,3 +81,10 @@ class DatabaseUnavailable(CoordinatorError):
     """
 
     code = "database_unavailable"
+
+
+class DoorFailed(RuntimeError):
+    """A door of the node (HTTP, gRPC) could not start serving; the message says why.
+
+    Not a CoordinatorError: no request gets it, the process that starts the node does.
+    """

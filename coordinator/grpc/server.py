@@ -17,6 +17,7 @@ from google.protobuf.message_factory import GetMessageClass
 from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.domain.errors import DoorFailed
 from coordinator.grpc.service import MessagingService
 from coordinator.grpc.status import Unreadable
 from coordinator.grpc.stubs import Stubs, load
@@ -31,10 +32,6 @@ SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
 # cancelled. Long polls and Telemetry streams end at once (the core is
 # stopping), so this bounds only ordinary calls that are slow.
 STOP_GRACE_SECONDS = 10.0
-
-
-class GrpcPortUnavailable(RuntimeError):
-    pass
 
 
 def listen_address(host: str, port: int) -> str:
@@ -167,7 +164,7 @@ def _parse(kind: type[Message], data: bytes) -> Message | Unreadable:
 @asynccontextmanager
 async def running_grpc_door(
     core: Coordinator, authenticator: Authenticator, settings: Settings
-) -> AsyncIterator[MessagingService]:
+) -> AsyncIterator[GrpcDoor]:
     """Serve `apache.rocketmq.v2.MessagingService` on settings.host:settings.grpc_port."""
     assert settings.grpc_port is not None
     stubs = load()
@@ -189,14 +186,31 @@ async def running_grpc_door(
         else:
             server.add_insecure_port(address)
     except RuntimeError as error:
-        raise GrpcPortUnavailable(f"cannot listen for gRPC on {address}: {error}") from None
+        raise DoorFailed(f"cannot listen for gRPC on {address}: {error}") from None
     await server.start()
+    door = GrpcDoor(server, service)
     try:
-        yield service
+        yield door
     finally:
         # Ends the Telemetry streams now, as the core's stopping ended the
         # waiting receives; server.stop refuses new calls and returns once
-        # those in flight are answered.
+        # those in flight are answered (or door.hurry cut the wait).
         service.begin_close()
         await server.stop(STOP_GRACE_SECONDS)
         await service.close()
+        door.ended.cancel()
+
+
+class GrpcDoor:
+    """A serving gRPC door, as the node sees it."""
+
+    def __init__(self, server: grpc.aio.Server, service: MessagingService) -> None:
+        self.service = service
+        self._server = server
+        self._hurried: asyncio.Future[None] | None = None
+        # Ends on its own only if the server terminates without being asked.
+        self.ended = asyncio.ensure_future(server.wait_for_termination())
+
+    def hurry(self) -> None:
+        """Cancel the calls in flight instead of waiting for them (a second Ctrl-C)."""
+        self._hurried = asyncio.ensure_future(self._server.stop(None))

@@ -54,6 +54,7 @@ from starlette.responses import Response
 from starlette.routing import compile_path
 from starlette.types import Message, Receive, Scope, Send
 
+from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
 from coordinator.domain.errors import CoordinatorError
 from coordinator.http.errors import core_error_response, error_response, validation_error_response
@@ -257,9 +258,17 @@ class HotRoutes:
 
     def __init__(self, app: FastAPI, max_bytes: int) -> None:
         self.app = app
-        self.state = app.state  # the lifespan puts the core and the authenticator there
+        self.state = app.state
         self.max_bytes = max_bytes
         self.table = hot_table(app)
+
+    def attach(self, core: Coordinator, authenticator: Authenticator) -> None:
+        """What the routes serve with, on `app.state` where FastAPI's routes find them too.
+
+        The door attaches the node's core and authenticator before it serves.
+        """
+        self.state.coordinator = core
+        self.state.authenticator = authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

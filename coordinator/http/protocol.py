@@ -14,15 +14,9 @@ keep-alive connections only, so a client trickling its headers or body a
 byte at a time held a connection, and its slot under max_connections, for
 ever. A request not received whole in time is answered 408 and closed.
 
-And when the server starts to stop, it tells the app (the function under
-BEGIN_SHUTDOWN in the lifespan's state) before uvicorn waits for the
-requests in flight, so that long polls answer at once instead of holding
-the stop for their whole wait.
-
 uvicorn builds the protocol with keyword arguments only, so the limits come
 in as more of them: `functools.partial(CoalescingHttpToolsProtocol,
-max_connections=N, request_read_timeout=S)` is the `http` protocol class,
-and it pickles, so `--workers` processes get it too.
+max_connections=N, request_read_timeout=S)` is the `http` protocol class.
 """
 
 from __future__ import annotations
@@ -34,10 +28,6 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from coordinator.metrics import HTTP_METER
-
-# The key under which the app's lifespan state holds the function that
-# starts its shutdown (see CoalescingHttpToolsProtocol.shutdown).
-BEGIN_SHUTDOWN = "coordinator.begin_shutdown"
 
 # Joined writes are sent at once from this size on: a long response written
 # within one turn is not held in memory, and the real transport's flow
@@ -172,16 +162,6 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self._stop_read_timer()
         super().connection_lost(exc)
 
-    def shutdown(self) -> None:
-        # uvicorn calls this on every open connection as it starts to stop,
-        # then waits for the requests in flight, and only then tells the app
-        # (lifespan). A long poll would hold the shutdown for its whole wait:
-        # the app ends them now, with an empty answer.
-        begin_shutdown = self.app_state.get(BEGIN_SHUTDOWN)
-        if begin_shutdown is not None:
-            begin_shutdown()
-        super().shutdown()
-
     def _start_read_timer(self) -> None:
         if self.request_read_timeout is not None and self._read_timer is None:
             self._read_timer = self.loop.call_later(
@@ -214,5 +194,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         transport.set_protocol(_Refused(transport, self.loop))
         transport.write(_too_many_connections(limit))
         if transport.can_write_eof():
-            transport.write_eof()  # the client reads the answer to its end at once
+            try:
+                transport.write_eof()  # the client reads the answer to its end at once
+            except OSError:  # the client is gone already: nobody to tell
+                transport.close()
         HTTP_METER.observe(("-", "(too many connections)", 429), 0, None)

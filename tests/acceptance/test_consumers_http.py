@@ -218,7 +218,7 @@ def test_a_long_poll_returns_the_message_committed_while_it_waits(
 ) -> None:
     _subscribe(http)
     # Only a notification can wake the receive within this test.
-    live_server.server.config.app.state.coordinator.delivery.poll_interval_seconds = 3600
+    live_server.core.delivery.poll_interval_seconds = 3600
     with ThreadPoolExecutor(max_workers=1) as pool:
         waiting = pool.submit(_receive, http, wait_seconds=60)
         time.sleep(0.3)

@@ -54,7 +54,7 @@ pytestmark = [
 
 # The document the server serves (test_the_served_document_is_the_one_fuzzed);
 # built here, without a database, because schemathesis parametrizes at collection.
-DOCUMENT = create_app("postgresql://unused@/unused").app.openapi()
+DOCUMENT = create_app().app.openapi()
 schema = schemathesis.openapi.from_dict(DOCUMENT)
 
 CHECKS = [

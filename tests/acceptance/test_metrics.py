@@ -8,7 +8,6 @@ counted into the same registry).
 from __future__ import annotations
 
 import asyncio
-import functools
 import re
 import socket
 import threading
@@ -27,8 +26,6 @@ from bench.server import free_port
 from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.domain.states import Resolution
-from coordinator.http.hot_routes import HotRoutes
-from coordinator.http.protocol import CoalescingHttpToolsProtocol
 from tests.checkback_helpers import check_settings
 from tests.conftest import LiveServer
 from tests.grpc_door import GrpcDoor, code, end_request, grpc_door, message, receive_request
@@ -336,9 +333,7 @@ def test_pool_gauges_show_connections_in_use_and_requests_waiting(
 
 
 def _served_core(server: LiveServer) -> Coordinator:
-    app = server.server.config.app
-    assert isinstance(app, HotRoutes)
-    return app.state.coordinator
+    return server.core
 
 
 METRIC_ROW = re.compile(r"^\| `(coordinator_[a-z_]+)(?:\{[^}]*\})?` \|", re.M)
@@ -354,8 +349,7 @@ def test_the_operations_page_lists_every_metric_a_live_server_exposes(door: Grpc
 
 
 def test_requests_the_protocol_refuses_are_counted_too(database_url: str) -> None:
-    limited = functools.partial(CoalescingHttpToolsProtocol, max_connections=2)
-    with LiveServer(database_url, Settings(database_url=None), http=limited) as server:
+    with LiveServer(database_url, Settings(database_url=None, max_connections=2)) as server:
         before = scrape(server.url)
         address = ("127.0.0.1", server.port)
         with socket.create_connection(address) as held, socket.create_connection(address) as also:
@@ -365,7 +359,8 @@ def test_requests_the_protocol_refuses_are_counted_too(database_url: str) -> Non
             with socket.create_connection(address, timeout=10) as over:  # ... a third is not
                 assert over.recv(100).startswith(b"HTTP/1.1 429")
         # once the server saw them close, a scrape gets a connection
-        _wait_for(lambda: not server.server.server_state.connections, "connections closed")
+        (http_door, *_) = server.doors
+        _wait_for(lambda: not http_door.open_connections, "connections closed")
         after = scrape(server.url)
     refused = delta(
         before,

@@ -6,7 +6,6 @@ Without the limit a client sending a byte now and then held its connection
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import socket
@@ -18,7 +17,6 @@ import psycopg
 import pytest
 
 from coordinator.config import Settings
-from coordinator.http.protocol import CoalescingHttpToolsProtocol
 from tests.conftest import LiveServer
 
 TIMEOUT = 1.0
@@ -28,8 +26,8 @@ SLACK = 4.0
 
 @pytest.fixture
 def server(database_url: str, settings: Settings) -> Iterator[LiveServer]:
-    protocol = functools.partial(CoalescingHttpToolsProtocol, request_read_timeout=TIMEOUT)
-    with LiveServer(database_url, settings, http=protocol) as live:
+    limited = settings.with_overrides(request_read_timeout_seconds=TIMEOUT)
+    with LiveServer(database_url, limited) as live:
         yield live
 
 

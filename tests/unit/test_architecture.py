@@ -24,10 +24,11 @@ ALLOWED: dict[str, set[str]] = {
     "logs": set(),
     "db": {"domain", "config", "db"},
     "core": {"domain", "config", "metrics", "db", "core"},
-    # The RocketMQ gRPC door stands beside HTTP; the app's lifespan starts it
-    # in the same process, so http may import it (lazily, when it is on).
+    # The doors are peers: each takes the core, none imports another.
     "grpc": {"domain", "config", "metrics", "logs", "core", "grpc"},
-    "http": {"domain", "config", "metrics", "logs", "core", "grpc", "http"},
+    "http": {"domain", "config", "metrics", "logs", "core", "http"},
+    # A running node: the core, then each configured door.
+    "node": {"domain", "config", "core", "http", "grpc", "node"},
     "client": {"client"},
     "pipeline": {"domain", "config", "db", "client", "pipeline"},
     "cli": {
@@ -39,6 +40,7 @@ ALLOWED: dict[str, set[str]] = {
         "core",
         "grpc",
         "http",
+        "node",
         "pipeline",
         "cli",
     },

@@ -45,7 +45,7 @@ EXPECTED_HOT = {"prepare", "prepare_batch", "end", "end_batch", "send", "send_ba
 @pytest.fixture(scope="module")
 def served() -> HotRoutes:
     # The app is only built here: the database is opened by its lifespan.
-    return create_app("postgresql://nobody@/never-opened")
+    return create_app()
 
 
 def _hot_routes(served: HotRoutes) -> list[tuple[str, HotRoute]]:

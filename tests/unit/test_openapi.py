@@ -30,7 +30,7 @@ from coordinator.domain.messages import NewMessage
 from coordinator.http import create_app
 from coordinator.http.fields import BASE64_PATTERN
 
-SPEC = create_app("postgresql://unused@/unused").app.openapi()
+SPEC = create_app().app.openapi()
 ERROR_REF = "#/components/schemas/ErrorOut"
 
 # Names of the fields and parameters that carry names and ids, wherever they are.
