@@ -30,4 +30,3 @@ def test_every_package_of_the_tree_is_listed() -> None:
     for package, directory in setuptools["package-dir"].items():
         on_disk |= _packages_under(REPO / directory, package)
     assert set(setuptools["packages"]) == on_disk
-
