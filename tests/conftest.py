@@ -13,6 +13,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -80,6 +81,21 @@ def database_url(postgresql: psycopg.Connection) -> str:
     """A freshly migrated database of this test's own."""
     info = postgresql.info
     return url_for(info.host, info.port, info.user, info.dbname, info.password or None)
+
+
+@pytest.fixture
+def empty_database(postgresql: psycopg.Connection) -> Iterator[str]:
+    """A database on the test server that nothing has touched."""
+    info = postgresql.info
+    name = f"empty_{uuid.uuid4().hex[:12]}"
+    admin = url_for(info.host, info.port, info.user, "postgres", info.password or None)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield url_for(info.host, info.port, info.user, name, info.password or None)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

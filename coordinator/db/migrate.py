@@ -14,10 +14,24 @@ from sqlalchemy import create_engine
 
 from coordinator.db.urls import sqlalchemy_url
 
+# coordinator/, wherever it was imported from.
+_PACKAGE = Path(__file__).resolve().parents[1]
+
 
 def migrations_dir() -> Path:
-    """The Alembic environment: the package coordinator.db.migrations."""
-    return Path(__file__).resolve().with_name("migrations")
+    """The Alembic environment (env.py and versions/).
+
+    In a source checkout (also an editable install) it is the top-level
+    `migrations/` beside the package, where alembic.ini points; an installed
+    wheel carries it inside the package as `coordinator/migrations/`
+    (pyproject.toml's package-dir). Found by path, not imported: the versions
+    are files Alembic loads itself, so whichever tree `coordinator` came from
+    gives its own migrations.
+    """
+    for candidate in (_PACKAGE / "migrations", _PACKAGE.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError(f"no Alembic environment (migrations/env.py) at or beside {_PACKAGE}")
 
 
 def alembic_config(database_url: str) -> Config:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from sqlalchemy import create_engine
 from coordinator.db import migrate
 from coordinator.db.schema import metadata
 from coordinator.db.urls import sqlalchemy_url
+from tests.processes import clean_environment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,27 +63,43 @@ def test_downgrade_removes_everything_and_upgrade_restores_it(
     assert _schema_differences(database_url) == []
 
 
+def _alembic(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The virtualenv's `alembic` command at the repository root (alembic.ini)."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("alembic")), *args],
+        cwd=REPO,
+        env=clean_environment({"COORDINATOR_DATABASE_URL": database_url}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_plain_alembic_at_the_repository_root_works(
     database_url: str, db: psycopg.Connection
 ) -> None:
-    env = {**os.environ, "COORDINATOR_DATABASE_URL": database_url}
-    down = subprocess.run(
-        [sys.executable, "-m", "alembic", "downgrade", "base"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    down = _alembic(database_url, "downgrade", "base")
     assert down.returncode == 0, down.stderr
     assert "messages" not in _tables(db)
-    up = subprocess.run(
-        [sys.executable, "-m", "alembic", "upgrade", "head"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    up = _alembic(database_url, "upgrade", "head")
     assert up.returncode == 0, up.stderr
     assert "messages" in _tables(db)
+
+
+def test_plain_alembic_migrates_an_empty_database_to_head_and_one_step_down(
+    empty_database: str,
+) -> None:
+    (head,) = migrate.head_revisions()
+    up = _alembic(empty_database, "upgrade", "head")
+    assert up.returncode == 0, up.stderr
+    assert _schema_differences(empty_database) == []
+    current = _alembic(empty_database, "current")
+    assert current.returncode == 0, current.stderr
+    assert current.stdout.split() == [head, "(head)"]
+
+    down = _alembic(empty_database, "downgrade", "-1")
+    assert down.returncode == 0, down.stderr
+    (below,) = migrate.current_revisions(empty_database)
+    assert below != head
+    assert _alembic(empty_database, "upgrade", "head").returncode == 0
+    assert migrate.current_revisions(empty_database) == (head,)

@@ -7,8 +7,6 @@ is left exactly as it was.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -17,7 +15,6 @@ from typer.testing import CliRunner
 
 from coordinator.cli import app
 from coordinator.db import migrate
-from tests.conftest import url_for
 
 runner = CliRunner()
 SUBCOMMANDS = (
@@ -39,21 +36,6 @@ def _public_relations(url: str) -> list[str]:
             "ORDER BY relname"
         ).fetchall()
     return [name for (name,) in rows]
-
-
-@pytest.fixture
-def empty_database(postgresql: psycopg.Connection) -> Iterator[str]:
-    """A database on the test server that nothing has touched."""
-    info = postgresql.info
-    name = f"empty_{uuid.uuid4().hex[:12]}"
-    admin = url_for(info.host, info.port, info.user, "postgres", info.password or None)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield url_for(info.host, info.port, info.user, name, info.password or None)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS, ids=lambda c: c[0])

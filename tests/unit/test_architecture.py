@@ -1,5 +1,8 @@
 """The package's shape: layers import only downward, no import circles, SQL only in db/.
 
+The Alembic environment (the top-level migrations/, coordinator.migrations in
+a wheel) is held to the same rules as the package.
+
 Read from the source with `ast`, so a change that breaks the shape fails
 here before anyone has to notice it in review.
 """
@@ -12,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "coordinator"
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "coordinator"
+# Each source directory and the package its modules are imported as.
+SOURCES = {PACKAGE: "coordinator", REPO / "migrations": "coordinator.migrations"}
 
 # What each part of the package may import of the coordinator's own code.
 # The SDK (client) speaks HTTP only, so it stands alone.
@@ -31,6 +37,9 @@ ALLOWED: dict[str, set[str]] = {
     "node": {"domain", "config", "core", "http", "grpc", "node"},
     "client": {"client"},
     "pipeline": {"domain", "config", "db", "client", "pipeline"},
+    # The schema and its SQL come from db/; plain `alembic` without a URL
+    # finds the database from the settings, like `coordinator serve`.
+    "migrations": {"domain", "config", "db", "migrations"},
     "cli": {
         "domain",
         "config",
@@ -61,13 +70,17 @@ SQL_OUTSIDE_DB = {
 }
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def _module_name(path: Path, source: Path, package: str) -> str:
+    parts = (package, *path.relative_to(source).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {
+        _module_name(path, source, package): path
+        for source, package in SOURCES.items()
+        for path in source.rglob("*.py")
+    }
 
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
@@ -214,3 +227,9 @@ def test_sql_text_lives_in_sql_files() -> None:
         and node.value.lstrip().startswith(keywords)
     }
     assert found == set()
+
+
+def test_the_alembic_environment_is_held_to_the_rules() -> None:
+    graph = _graph()
+    assert "coordinator.db.schema" in graph["coordinator.migrations.env"]
+    assert "coordinator.db.migration_sql" in graph["coordinator.migrations.versions.0001_messages"]

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from coordinator.db.migrations.sqlfile import execute_block
+from coordinator.db.migration_sql import execute_block
 
 revision: str = "0004"
 down_revision: str | None = "0003"

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from coordinator.db.migrations.sqlfile import execute_block
+from coordinator.db.migration_sql import execute_block
 
 revision: str = "0001"
 down_revision: str | None = None

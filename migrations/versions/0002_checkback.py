@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from coordinator.db.migrations.sqlfile import execute_block
+from coordinator.db.migration_sql import execute_block
 
 revision: str = "0002"
 down_revision: str | None = "0001"

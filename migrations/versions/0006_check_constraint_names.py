@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.db.migrations.sqlfile import execute_block
+from coordinator.db.migration_sql import execute_block
 
 revision: str = "0006"
 down_revision: str | None = "0005"

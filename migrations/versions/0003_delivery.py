@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from coordinator.db.migrations.sqlfile import execute_block
+from coordinator.db.migration_sql import execute_block
 
 revision: str = "0003"
 down_revision: str | None = "0002"
