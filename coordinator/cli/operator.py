@@ -70,10 +70,15 @@ def _resolver(resolution: Resolution, done: str) -> Callable[..., None]:
     return resolve
 
 
+# What an operator can decide by hand (UNKNOWN decides nothing), each a
+# command named after the resolution: `tx commit`, `tx rollback`.
+_DONE_BY_HAND = {Resolution.COMMIT: "committed", Resolution.ROLLBACK: "rolled back"}
+
+
 def add_tx_commands(tx_app: typer.Typer) -> None:
     tx_app.command("recheck")(recheck)
-    tx_app.command("commit")(_resolver(Resolution.COMMIT, "committed"))
-    tx_app.command("rollback")(_resolver(Resolution.ROLLBACK, "rolled back"))
+    for resolution, done in _DONE_BY_HAND.items():
+        tx_app.command(resolution.value)(_resolver(resolution, done))
 
 
 @run_async

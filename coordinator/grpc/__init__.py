@@ -6,9 +6,13 @@ imported unless gRPC is on; the generated protocol modules come from the
 `rocketmq-python-client` package (the `grpc` extra), see `stubs.py`.
 
 - `server.py`: the grpc.aio server, started in the app's lifespan
-- `service.py`: the RPCs, each a thin call into the core
+- `service.py`: the service assembled from its parts, each RPC a thin call into the core:
+  `producing.py` (send, end), `consuming.py` (receive, ack, invisibility,
+  dead letters), `session.py` (route, heartbeat, Telemetry, termination)
+  and `unsupported.py`; `calls.py` holds what every RPC shares
 - `telemetry.py`: a client's Telemetry stream (Settings, check-backs)
-- `convert.py`: RocketMQ messages to and from the core's
+- `convert.py`: RocketMQ messages to and from the core's, resolutions, and the
+  topic-is-the-producer-group rule
 - `status.py`: core errors as RocketMQ status codes
 - `credentials.py`: the `authorization` header (MQv2-HMAC-SHA1)
 """

@@ -1,5 +1,9 @@
 """RocketMQ's `Message` to the core's `NewMessage`, and stored messages back to `Message`.
 
+Also the other two things the door translates: a producer's
+`TransactionResolution` into the core's `Resolution`, and a topic into the
+producer group it stands for (`producer_group_of`).
+
 What the clients check on a message they get: `body_encoding` IDENTITY (left
 unset, the Python client drops the whole receive), `body_digest` as MD5 in
 upper-case hex (what the proxy sends; Node reads a CRC32 digest as a decimal
@@ -10,6 +14,7 @@ only queue the route lists.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -25,6 +30,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from coordinator.config import Settings
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.messages import MessageFields, NewMessage
+from coordinator.domain.states import Resolution
 from coordinator.grpc.status import DoorError
 from coordinator.grpc.stubs import Stubs
 
@@ -36,6 +42,36 @@ MAX_RECOVERY_SECONDS = 3600.0
 class Incoming:
     message: NewMessage
     transactional: bool
+
+
+def producer_group_of(topic: str) -> str:
+    """The producer group of a topic's transactional messages: the topic itself.
+
+    RocketMQ 5 has no producer group; its proxy lets the topic stand for one.
+    Sends, ends, and the producer instances a Telemetry stream announces all
+    name the group through this one rule.
+    """
+    return topic
+
+
+def resolution_of(stubs: Stubs, number: int) -> Resolution:
+    """The core's resolution for RocketMQ's `TransactionResolution` number.
+
+    RocketMQ names COMMIT and ROLLBACK as the core does; anything else
+    (UNSPECIFIED, what the Python client sends when its checker does not
+    know yet) means check again later, as UNKNOWN does.
+    """
+    return _resolutions(stubs).get(number, Resolution.UNKNOWN)
+
+
+@functools.cache
+def _resolutions(stubs: Stubs) -> dict[int, Resolution]:
+    values = stubs.definition.TransactionResolution.DESCRIPTOR.values
+    return {
+        value.number: Resolution[value.name]
+        for value in values
+        if value.name in Resolution.__members__
+    }
 
 
 def seconds_of(duration: Any) -> float:
@@ -77,7 +113,7 @@ def _body(stubs: Stubs, message: Any, settings: Settings) -> bytes:
 
 
 def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
-    """The core's message for a sent RocketMQ message; the producer group is the topic."""
+    """The core's message for a sent RocketMQ message (a transactional one's group: its topic)."""
     definition = stubs.definition
     properties = message.system_properties
     kind = properties.message_type
@@ -102,8 +138,7 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
         NewMessage(
             topic=topic,
             body=_body(stubs, message, settings),
-            # RocketMQ 5 has no producer group: the topic stands for it, as in the proxy.
-            producer_group=topic if transactional else None,
+            producer_group=producer_group_of(topic) if transactional else None,
             tags=properties.tag if properties.HasField("tag") else None,
             keys=tuple(properties.keys),
             properties=dict(message.user_properties),

@@ -7,10 +7,11 @@ settings echoed, status OK, and what the clients copy from it:
 producers an exponential `backoff_policy` (the Node client crashes without).
 
 A producer's stream whose Settings announce topic T makes the client a live
-instance of producer group T in the producer registry, under its client id,
-for as long as the stream is open. The stream then long-polls the check-back
-engine for the requests addressed to that instance, exactly as an HTTP
-producer polls, and writes each as a `recover_orphaned_transaction_command`.
+instance of T's producer group (`convert.producer_group_of`: T itself) in
+the producer registry, under its client id, for as long as the stream is
+open. The stream then long-polls the check-back engine for the requests
+addressed to that instance, exactly as an HTTP producer polls, and writes
+each as a `recover_orphaned_transaction_command`.
 So the same check budget, immunity, discard and expiry rules apply, and while
 no producer of T has a stream open, T's check-backs wait without using up
 their budget (the Python client may take up to ~600 s to announce itself
@@ -30,11 +31,11 @@ from typing import Any
 from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
-from coordinator.domain.access import Principal
 from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.errors import CoordinatorError, DatabaseUnavailable, InvalidMessage
 from coordinator.domain.rules import SUBSCRIBE_ALL, check_instance, check_topic
 from coordinator.grpc import convert
+from coordinator.grpc.calls import Caller
 from coordinator.grpc.status import DoorError, Unreadable, error_status, status
 from coordinator.grpc.stubs import Stubs
 
@@ -52,14 +53,6 @@ BACKOFF_MULTIPLIER = 2.0
 REQUEST_TIMEOUT_SECONDS = 3.0
 
 Subscribe = Callable[[str, str, str, bool | None], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who makes a gRPC request: the token's principal and the client's id header."""
-
-    principal: Principal
-    client_id: str | None
 
 
 class TelemetryDoor:
@@ -157,7 +150,7 @@ class _Stream:
     context: Any
     caller: Caller
     client_id: str
-    topics: set[str] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)  # the producer groups it is an instance of
     _checks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     _long_poll: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
@@ -208,26 +201,29 @@ class _Stream:
 
     async def _producer(self, topics: list[str]) -> None:
         principal = self.caller.principal
+        groups = []
         for topic in topics:
             try:
                 check_topic(topic)
             except InvalidMessage as error:
                 raise DoorError("ILLEGAL_TOPIC", error.message) from None
-            principal.require_producer_group(topic)
-            check_instance(topic, self.client_id)
-        new = [topic for topic in topics if topic not in self._checks]
-        for topic in new:
+            group = convert.producer_group_of(topic)
+            principal.require_producer_group(group)
+            check_instance(group, self.client_id)
+            groups.append(group)
+        new = [group for group in groups if group not in self._checks]
+        for group in new:
             # Registered before the answer: once a client has it, its
             # transactions' check-backs come to this stream.
-            await self.door.core.checkback.heartbeat(topic, self.client_id)
+            await self.door.core.checkback.heartbeat(group, self.client_id)
         if new and not self._checks:
             # A producer's stream is one long poll of its token for as long
             # as it is open, like an HTTP producer's check-back poll.
             self._long_poll.enter_context(self.door.authenticator.limits.long_poll(principal))
-        for topic in new:
-            self.topics.add(topic)
-            self._checks[topic] = asyncio.create_task(
-                self._check_backs(topic), name=f"check-backs {topic} {self.client_id}"
+        for group in new:
+            self.groups.add(group)
+            self._checks[group] = asyncio.create_task(
+                self._check_backs(group), name=f"check-backs {group} {self.client_id}"
             )
 
     async def _consumer(self, subscription: Any) -> None:
@@ -268,7 +264,7 @@ class _Stream:
         return answer
 
     # --- check-backs --------------------------------------------------------
-    async def _check_backs(self, topic: str) -> None:
+    async def _check_backs(self, group: str) -> None:
         settings = self.door.settings
         wait = min(
             LONGEST_CHECK_POLL_SECONDS,
@@ -279,7 +275,7 @@ class _Stream:
         while not self.door.core.stopping:
             try:
                 requests = await self.door.core.checkback.poll(
-                    topic,
+                    group,
                     self.client_id,
                     wait_seconds=wait,
                     max_requests=CHECK_REQUESTS_PER_POLL,
@@ -288,7 +284,7 @@ class _Stream:
                 await asyncio.sleep(1.0)  # the pool reconnects within that
                 continue
             except CoordinatorError as error:
-                log.warning("check-backs of %s for %s: %s", topic, self.client_id, error.message)
+                log.warning("check-backs of %s for %s: %s", group, self.client_id, error.message)
                 await asyncio.sleep(wait)
                 continue
             for request in requests:
@@ -312,13 +308,13 @@ class _Stream:
         self._long_poll.close()
 
     async def leave(self) -> None:
-        for topic in self.topics:
+        for group in self.groups:
             try:
-                await self.door.core.checkback.leave(topic, self.client_id)
+                await self.door.core.checkback.leave(group, self.client_id)
             except CoordinatorError as error:
                 # Unreachable database: the instance stops counting as live
                 # after producer_ttl_seconds anyway.
-                log.info("producer %s of %s did not leave: %s", self.client_id, topic, error)
+                log.info("producer %s of %s did not leave: %s", self.client_id, group, error)
 
     async def close(self, *, leave: bool) -> None:
         await self.stop_checks()

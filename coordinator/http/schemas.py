@@ -158,9 +158,14 @@ class BatchOut(BaseModel):
     results: list[SendResultOut]
 
 
+# The core's resolutions by name: a Literal, so the JSON schema lists the
+# strings in place (typed as the enum, it would be a $ref to a schema of its own).
+ResolutionName = Literal[tuple(resolution.value for resolution in Resolution)]  # type: ignore[valid-type]
+
+
 class EndIn(RequestIn):
     producer_group: GroupName
-    resolution: Literal["commit", "rollback", "unknown"]
+    resolution: ResolutionName
     # Strict: only JSON true or false (not "yes", 0 or 1) says whether this
     # answers a check-back.
     from_check: StrictBool = Field(default=False, description="True when answering a check-back.")

@@ -9,7 +9,9 @@ committed, 'rolled_back' as the marker a check-back inserts when it had not.
 
 from __future__ import annotations
 
-BARRIER_TABLE = "coordinator_barrier"
+from coordinator.client.barrier import DEFAULT_TABLE
+
+BARRIER_TABLE = DEFAULT_TABLE  # the table the SDK's barrier helper writes by default
 BARRIER_KEY = "transaction_id"
 BARRIER_COMMITTED = "outcome = 'committed'"
 

@@ -233,3 +233,76 @@ def test_the_alembic_environment_is_held_to_the_rules() -> None:
     graph = _graph()
     assert "coordinator.db.schema" in graph["coordinator.migrations.env"]
     assert "coordinator.db.migration_sql" in graph["coordinator.migrations.versions.0001_messages"]
+
+
+REPOSITORY = PACKAGE.parent
+
+# What examples/ may import of the coordinator: the SDK, and the embedded
+# PostgreSQL that gives the orders example a database of its own when none is
+# named (a convenience of the demo, not something a user's service needs).
+EXAMPLES_MAY_IMPORT = {"coordinator.client", "coordinator.db.embedded"}
+
+
+def _coordinator_imports(path: Path) -> Iterator[str]:
+    """What of the coordinator a script imports, wherever in the file.
+
+    `from package import name` counts as `package.name`, the module or the
+    attribute it names: `from coordinator import cli` is `coordinator.cli`.
+    """
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        yield from (name for name in names if name.split(".")[0] == "coordinator")
+
+
+def _imports_under(folder: str) -> dict[str, set[str]]:
+    return {
+        str(path.relative_to(REPOSITORY)): set(_coordinator_imports(path))
+        for path in sorted((REPOSITORY / folder).rglob("*.py"))
+    }
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+def test_the_benchmarks_do_not_import_the_cli() -> None:
+    # The benchmarks drive the coordinator as a user does (`python -m
+    # coordinator` in a subprocess) or through the layers below the CLI.
+    wrong = {
+        f"{script} imports {module}"
+        for script, modules in _imports_under("bench").items()
+        for module in modules
+        if _within(module, "coordinator.cli") or _within(module, "coordinator.__main__")
+    }
+    assert wrong == set()
+
+
+def test_the_examples_use_the_sdk() -> None:
+    wrong = {
+        f"{script} imports {module}"
+        for script, modules in _imports_under("examples").items()
+        for module in modules
+        if not any(_within(module, allowed) for allowed in EXAMPLES_MAY_IMPORT)
+    }
+    assert wrong == set()
+
+
+def test_the_import_scan_of_scripts_sees_imports_inside_functions(tmp_path: Path) -> None:
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import coordinator.client\n"
+        "def main():\n"
+        "    from coordinator.cli.common import open_core\n"
+        "    from coordinator import cli\n"
+        "    import json\n"
+    )
+    assert set(_coordinator_imports(script)) == {
+        "coordinator.client",
+        "coordinator.cli.common.open_core",
+        "coordinator.cli",
+    }

@@ -1,0 +1,233 @@
+"""The SimpleConsumer's RPCs: ReceiveMessage, AckMessage, ChangeInvisibleDuration, and
+ForwardMessageToDeadLetterQueue.
+
+A SimpleConsumer's group and its subscription (from its Settings on the
+Telemetry stream, and restated by every receive's filter expression) are a
+subscription like one made over HTTP; a message committed through either
+door reaches the subscribers of both. A waiting receive holds one of its
+token's long polls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from coordinator.config import Settings
+from coordinator.core import Coordinator
+from coordinator.core.auth import Authenticator
+from coordinator.domain.access import Principal
+from coordinator.domain.delivery import AckOutcome, ReceivedMessage
+from coordinator.domain.errors import CoordinatorError, InvalidMessage
+from coordinator.domain.rules import (
+    DEFAULT_INVISIBLE_SECONDS,
+    DEFAULT_MAX_MESSAGES,
+    MAX_MESSAGES_LIMIT,
+    SUBSCRIBE_ALL,
+)
+from coordinator.grpc import convert
+from coordinator.grpc.calls import INTERNAL, answered, caller_of, group_of, overall, topic_of
+from coordinator.grpc.status import DoorError, Unreadable, error_status, status
+from coordinator.grpc.stubs import Stubs
+
+log = logging.getLogger(__name__)
+
+# RocketMQ's clients wait for a receive until its long polling timeout plus
+# their request timeout (3 s by default): answer well before that.
+RECEIVE_ANSWER_MARGIN_SECONDS = 1.0
+DEFAULT_LONG_POLLING_SECONDS = 20.0  # the Python client's, when a request names none
+
+# What each outcome of an ack answers: a RocketMQ code and a sentence.
+_ACK_ANSWERS = {
+    AckOutcome.ACKED: ("OK", "acked"),
+    AckOutcome.STALE: (
+        "INVALID_RECEIPT_HANDLE",
+        "the receipt handle is stale: the message was received again since",
+    ),
+    AckOutcome.NOT_FOUND: (
+        "NOT_FOUND",
+        "no unacked message with this receipt handle: acked already, "
+        "dead-lettered, or never received by this group",
+    ),
+}
+
+
+class Consuming:
+    """The consumers' RPCs, each a thin call into the core's delivery."""
+
+    def __init__(
+        self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
+    ) -> None:
+        self.core = core
+        self.authenticator = authenticator
+        self.settings = settings
+        self.stubs = stubs
+        # (group, topic) -> expression last written, so that a receive which
+        # restates an unchanged subscription costs no database round trip.
+        self._subscribed: dict[tuple[str, str], str] = {}
+
+    async def subscribed(
+        self, group: str, topic: str, expression: str, fifo: bool | None = None
+    ) -> None:
+        """Make sure `group` subscribes to `topic` with `expression` (written only on change)."""
+        key = (group, topic)
+        if fifo is None and self._subscribed.get(key) == expression:
+            return
+        subscription = await self.core.delivery.ensure_subscribed(
+            group, topic, expression, fifo=fifo
+        )
+        self._subscribed[key] = subscription.expression
+
+    # --- receiving -----------------------------------------------------------
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        response = self.stubs.service.ReceiveMessageResponse
+        try:
+            invisible, received = await self._receive(request, context)
+        except CoordinatorError as error:
+            yield response(status=error_status(self.stubs, error))
+            return
+        except Exception:
+            log.exception("gRPC ReceiveMessage failed")
+            yield response(status=status(self.stubs, "INTERNAL_ERROR", INTERNAL))
+            return
+        if not received:
+            yield response(status=status(self.stubs, "MESSAGE_NOT_FOUND", "no new message"))
+            return
+        yield response(status=status(self.stubs))
+        for message in received:
+            yield response(message=self._received(message, invisible))
+        yield response(delivery_timestamp=convert.timestamp_of(datetime.now(UTC)))
+
+    async def _receive(self, request: Any, context: Any) -> tuple[float, list[ReceivedMessage]]:
+        if isinstance(request, Unreadable):
+            raise request
+        caller = caller_of(context, self.authenticator)
+        group = group_of(request.group)
+        topic = topic_of(request.message_queue.topic)
+        caller.principal.require_consume(group, topic)
+        await self.subscribed(group, topic, self._expression(request.filter_expression))
+        invisible = (
+            convert.seconds_of(request.invisible_duration)
+            if request.HasField("invisible_duration")
+            else DEFAULT_INVISIBLE_SECONDS
+        )
+        batch = request.batch_size or DEFAULT_MAX_MESSAGES
+        if not 0 < batch <= MAX_MESSAGES_LIMIT:
+            raise InvalidMessage(f"batch size must be 1..{MAX_MESSAGES_LIMIT}, got {batch}")
+        wait = self._wait_seconds(request, context)
+        with self._long_poll(caller.principal, wait):
+            received = await self.core.delivery.receive(
+                group,
+                max_messages=batch,
+                invisible_seconds=invisible,
+                wait_seconds=wait,
+                topic=topic,
+            )
+        return invisible, received
+
+    def _wait_seconds(self, request: Any, context: Any) -> float:
+        wait = (
+            convert.seconds_of(request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else DEFAULT_LONG_POLLING_SECONDS
+        )
+        if wait < 0:
+            raise DoorError("ILLEGAL_POLLING_TIME", f"long polling timeout {wait:g} s is negative")
+        wait = min(wait, self.settings.max_long_poll_seconds)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = min(wait, remaining - RECEIVE_ANSWER_MARGIN_SECONDS)
+        return max(wait, 0.0)
+
+    @contextlib.contextmanager
+    def _long_poll(self, principal: Principal, wait: float) -> Iterator[None]:
+        if wait <= 0:
+            yield
+            return
+        with self.authenticator.limits.long_poll(principal):
+            yield
+
+    def _expression(self, expression: Any) -> str:
+        if expression.type == self.stubs.definition.SQL:
+            raise DoorError(
+                "ILLEGAL_FILTER_EXPRESSION",
+                "SQL92 filter expressions are not supported: filter by tag (TagA || TagB)",
+            )
+        return expression.expression.strip() or SUBSCRIBE_ALL
+
+    def _received(self, message: ReceivedMessage, invisible: float) -> Any:
+        return convert.outgoing(
+            self.stubs,
+            message,
+            namespace="",
+            transactional=message.transaction_id is not None,
+            receipt_handle=message.receipt_handle,
+            delivery_attempt=message.delivery_attempt,
+            invisible_seconds=invisible,
+            stored_at=message.committed_at,
+        )
+
+    # --- after receiving -----------------------------------------------------
+    @answered("AckMessageResponse")
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        caller = caller_of(context, self.authenticator)
+        group = group_of(request.group)
+        topic = topic_of(request.topic)
+        caller.principal.require_consume(group, topic)
+        handles = [entry.receipt_handle for entry in request.entries]
+        try:
+            results = await self.core.delivery.ack_batch(group, handles)
+        except InvalidMessage as error:
+            raise DoorError("INVALID_RECEIPT_HANDLE", error.message) from None
+        entries = [
+            self.stubs.service.AckMessageResultEntry(
+                message_id=entry.message_id,
+                receipt_handle=entry.receipt_handle,
+                status=status(self.stubs, *_ACK_ANSWERS[result.outcome]),
+            )
+            for entry, result in zip(request.entries, results, strict=True)
+        ]
+        top = overall(self.stubs, entries, "some messages were not acked")
+        return self.stubs.service.AckMessageResponse(status=top, entries=entries)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        # Not @answered: the Python client reads the receipt handle before the
+        # status, so a refusal still carries one (the handle it sent).
+        response = self.stubs.service.ChangeInvisibleDurationResponse
+        if isinstance(request, Unreadable):
+            return response(status=error_status(self.stubs, request))
+        try:
+            caller = caller_of(context, self.authenticator)
+            group = group_of(request.group)
+            topic = topic_of(request.topic)
+            caller.principal.require_consume(group, topic)
+            if not request.HasField("invisible_duration"):
+                raise DoorError("ILLEGAL_INVISIBLE_TIME", "give the new invisible duration")
+            change = await self.core.delivery.change_invisible_duration(
+                group, request.receipt_handle, convert.seconds_of(request.invisible_duration)
+            )
+        except CoordinatorError as error:
+            return response(
+                status=error_status(self.stubs, error), receipt_handle=request.receipt_handle
+            )
+        except Exception:
+            log.exception("gRPC ChangeInvisibleDuration failed")
+            return response(
+                status=status(self.stubs, "INTERNAL_ERROR", INTERNAL),
+                receipt_handle=request.receipt_handle,
+            )
+        return response(status=status(self.stubs), receipt_handle=change.receipt_handle)
+
+    @answered("ForwardMessageToDeadLetterQueueResponse")
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        caller = caller_of(context, self.authenticator)
+        group = group_of(request.group)
+        topic = topic_of(request.topic)
+        caller.principal.require_consume(group, topic)
+        await self.core.delivery.dead_letter(group, request.receipt_handle)
+        return self.stubs.service.ForwardMessageToDeadLetterQueueResponse(
+            status=status(self.stubs, "OK", "moved to the dead letters")
+        )

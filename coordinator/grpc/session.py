@@ -1,0 +1,93 @@
+"""A client's session with the door: its route lookups, heartbeats, Telemetry stream and
+termination.
+
+One queue per topic (id 0) on one broker, this server, is every route. A
+producer is live while its Telemetry stream is open (`telemetry.py`), which
+is what check-backs need; a heartbeat only proves the token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from coordinator.config import Settings
+from coordinator.core.auth import Authenticator
+from coordinator.domain.errors import CoordinatorError
+from coordinator.grpc.calls import answered, caller_of, topic_of
+from coordinator.grpc.status import error_status, status
+from coordinator.grpc.stubs import Stubs
+from coordinator.grpc.telemetry import TelemetryDoor
+
+
+class Session:
+    """QueryRoute, Heartbeat, NotifyClientTermination and Telemetry."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        settings: Settings,
+        stubs: Stubs,
+        telemetry: TelemetryDoor,
+        *,
+        port: int,
+    ) -> None:
+        self.authenticator = authenticator
+        self.settings = settings
+        self.stubs = stubs
+        self.telemetry = telemetry
+        self.port = port
+
+    @answered("QueryRouteResponse")
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        caller_of(context, self.authenticator)
+        definition = self.stubs.definition
+        topic_of(request.topic)
+        # The access point the client used reaches this server; echo it (its
+        # address scheme included) rather than guessing a reachable address.
+        endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
+        queue = definition.MessageQueue(
+            topic=request.topic,
+            id=0,
+            permission=definition.READ_WRITE,
+            broker=definition.Broker(name="coordinator", id=0, endpoints=endpoints),
+            accept_message_types=[definition.NORMAL, definition.FIFO, definition.TRANSACTION],
+        )
+        return self.stubs.service.QueryRouteResponse(
+            status=status(self.stubs), message_queues=[queue]
+        )
+
+    def _own_endpoints(self) -> Any:
+        definition = self.stubs.definition
+        host = self.settings.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        scheme = definition.IPv4
+        if ":" in host:
+            scheme = definition.IPv6
+        elif not host.replace(".", "").isdigit():
+            scheme = definition.DOMAIN_NAME
+        return definition.Endpoints(
+            scheme=scheme, addresses=[definition.Address(host=host, port=self.port)]
+        )
+
+    @answered("HeartbeatResponse")
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        caller_of(context, self.authenticator)
+        return self.stubs.service.HeartbeatResponse(status=status(self.stubs))
+
+    @answered("NotifyClientTerminationResponse")
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        caller = caller_of(context, self.authenticator)
+        if caller.client_id is not None:
+            await self.telemetry.client_left(caller.client_id)
+        return self.stubs.service.NotifyClientTerminationResponse(status=status(self.stubs))
+
+    async def Telemetry(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
+        try:
+            caller = caller_of(context, self.authenticator)
+        except CoordinatorError as error:
+            command = self.stubs.service.TelemetryCommand(status=error_status(self.stubs, error))
+            await context.write(command)
+            return
+        await self.telemetry.serve(request_iterator, context, caller)
