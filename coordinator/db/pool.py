@@ -20,6 +20,10 @@ after a 20 s outage the pool kept requests waiting ~8 s more. Here:
 - a reconnection gives up after `reconnect_timeout` seconds instead of
   backing off for minutes; the next request then asks for a new connection
   at once, so recovery follows Postgres's return within about a second.
+
+Every connection is pinned to READ COMMITTED, the isolation level the
+compare-and-set statements are written for, whatever the database's or the
+role's default_transaction_isolation (`_configure`).
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ async def _configure(conn: AsyncConnection[Any]) -> None:
     # grows fast from empty made a one-row commit take 40 ms instead of 2 ms
     # (bench/). Our statements are few per request and cheap to plan.
     await execute(conn, "configure_session")
+    # Whatever the database's or role's default: every statement on the pool,
+    # autocommit or inside conn.transaction(), runs READ COMMITTED unless its
+    # transaction sets another level (session.sql says why).
+    await execute(conn, "pin_read_committed")
 
 
 class CoordinatorPool(AsyncConnectionPool):
