@@ -29,7 +29,7 @@ role's default_transaction_isolation (`_configure`).
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from time import monotonic
 from typing import Any
@@ -66,6 +66,7 @@ class CoordinatorPool(AsyncConnectionPool):
 
     def __init__(self, database_url: str, *, min_size: int, max_size: int, timeout: float):
         self._suspect_until = 0.0
+        self._before_close: list[Callable[[], Awaitable[None]]] = []
         # autocommit: every named query is one statement and so one
         # transaction; functions that need several open a transaction.
         super().__init__(
@@ -105,6 +106,20 @@ class CoordinatorPool(AsyncConnectionPool):
                 "an end, or a message sent with its message_id, is answered as a repeat "
                 "if the first attempt was stored."
             ) from error
+
+    def before_close(self, finish: Callable[[], Awaitable[None]]) -> None:
+        """Await `finish` when the pool closes, before its connections go.
+
+        For work that runs on the pool in the background (check-back pushes
+        in flight record their outcome): whoever closes the pool ends it first.
+        """
+        self._before_close.append(finish)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        finishing, self._before_close = self._before_close, []
+        for finish in finishing:
+            await finish()
+        await super().close(timeout)
 
     def suspect(self) -> None:
         """Check connections before use for a while: a failure may have broken others."""
