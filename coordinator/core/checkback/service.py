@@ -31,7 +31,7 @@ from coordinator.core.checkback import operator, push, registry
 from coordinator.core.checkback.dispatcher import PushDispatcher
 from coordinator.core.context import CoreContext, EndTransaction
 from coordinator.db.notifier import CHECKS_CHANNEL, Subscription
-from coordinator.db.queries import execute, fetch_all
+from coordinator.db.queries import fetch_all
 from coordinator.domain.checkback import (
     CheckRequest,
     ClaimAction,
@@ -43,7 +43,7 @@ from coordinator.domain.checkback import (
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import EndRequest
 from coordinator.domain.rules import MAX_POLL_WAIT_SECONDS, check_poll
-from coordinator.domain.states import CheckStatus, DispatchMode, MessageState, Resolution, Source
+from coordinator.domain.states import DispatchMode, MessageState, Resolution, Source
 
 log = logging.getLogger(__name__)
 
@@ -171,13 +171,8 @@ class CheckBack:
     async def _push_one(self, claimed: ClaimedCheck, result: RoundResult) -> None:
         assert claimed.request is not None and claimed.check_url is not None
         async with self._context.pool.connection() as conn:
-            still_open = await fetch_all(
-                conn,
-                "start_pushes",
-                {"offsets": [claimed.offset], "check_counts": [claimed.check_count]},
-            )
-        if not still_open:
-            return  # resolved, or checked again, while it waited for its slot
+            if not await push.start(conn, claimed):
+                return  # resolved, or checked again, while it waited for its slot
         secret = self._context.settings.check_push_secret
         try:
             outcome = await push.push(
@@ -215,18 +210,7 @@ class CheckBack:
 
     async def _finish_push(self, claimed: ClaimedCheck, outcome: push.PushOutcome) -> None:
         async with self._context.pool.connection() as conn:
-            await execute(
-                conn,
-                "finish_push",
-                {
-                    "offset": claimed.offset,
-                    "check_count": claimed.check_count,
-                    "status": (
-                        CheckStatus.DELIVERED if outcome.delivered else CheckStatus.FAILED
-                    ).value,
-                    "detail": outcome.detail,
-                },
-            )
+            await push.finish(conn, claimed, outcome)
         if not outcome.delivered:
             metrics.CHECK_BACK_PUSH_FAILURES.inc()
             log.info(
