@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 import psycopg
 
 from coordinator.config import Settings
+from coordinator.core.checkback import CheckBack
+from coordinator.domain.checkback import RoundResult
 
 T = TypeVar("T")
 
@@ -73,3 +75,10 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not reached within {timeout} s: {result!r}")
         await asyncio.sleep(0.05)
+
+
+async def settled_round(checkback: CheckBack) -> RoundResult:
+    """A round, and the answers to the pushes it started (a round itself does not wait)."""
+    result = await checkback.run_round()
+    await checkback.settle()
+    return result

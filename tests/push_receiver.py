@@ -1,12 +1,14 @@
 """A push producer's check URL for tests: a real HTTP server in a thread.
 
 It records every check request it receives (raw body and headers) and
-answers with whatever the test's `answer` function returns.
+answers with whatever the test's `answer` function returns. `SilentCheckUrl`
+is one that never answers.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -109,3 +111,47 @@ class PushReceiver:
                     return list(self.received)
             time.sleep(0.05)
         raise AssertionError(f"expected {count} pushed check requests, got {len(self.received)}")
+
+
+class SilentCheckUrl:
+    """A check URL that accepts connections and never answers: a producer that hangs.
+
+    Stopping it closes the connections it holds, so a push still waiting
+    fails at once instead of at its timeout.
+    """
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/check"
+        self._held: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> SilentCheckUrl:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+        self._listener.close()
+        with self._lock:
+            for conn in self._held:
+                conn.close()
+
+    @property
+    def connections(self) -> int:
+        """How many pushes reached it (each on a connection of its own)."""
+        with self._lock:
+            return len(self._held)
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            with self._lock:
+                self._held.append(conn)

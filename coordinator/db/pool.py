@@ -20,12 +20,16 @@ after a 20 s outage the pool kept requests waiting ~8 s more. Here:
 - a reconnection gives up after `reconnect_timeout` seconds instead of
   backing off for minutes; the next request then asks for a new connection
   at once, so recovery follows Postgres's return within about a second.
+
+Every connection is pinned to READ COMMITTED, the isolation level the
+compare-and-set statements are written for, whatever the database's or the
+role's default_transaction_isolation (`_configure`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from time import monotonic
 from typing import Any
@@ -51,6 +55,10 @@ async def _configure(conn: AsyncConnection[Any]) -> None:
     # grows fast from empty made a one-row commit take 40 ms instead of 2 ms
     # (bench/). Our statements are few per request and cheap to plan.
     await execute(conn, "configure_session")
+    # Whatever the database's or role's default: every statement on the pool,
+    # autocommit or inside conn.transaction(), runs READ COMMITTED unless its
+    # transaction sets another level (session.sql says why).
+    await execute(conn, "pin_read_committed")
 
 
 class CoordinatorPool(AsyncConnectionPool):
@@ -58,6 +66,7 @@ class CoordinatorPool(AsyncConnectionPool):
 
     def __init__(self, database_url: str, *, min_size: int, max_size: int, timeout: float):
         self._suspect_until = 0.0
+        self._before_close: list[Callable[[], Awaitable[None]]] = []
         # autocommit: every named query is one statement and so one
         # transaction; functions that need several open a transaction.
         super().__init__(
@@ -97,6 +106,20 @@ class CoordinatorPool(AsyncConnectionPool):
                 "an end, or a message sent with its message_id, is answered as a repeat "
                 "if the first attempt was stored."
             ) from error
+
+    def before_close(self, finish: Callable[[], Awaitable[None]]) -> None:
+        """Await `finish` when the pool closes, before its connections go.
+
+        For work that runs on the pool in the background (check-back pushes
+        in flight record their outcome): whoever closes the pool ends it first.
+        """
+        self._before_close.append(finish)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        finishing, self._before_close = self._before_close, []
+        for finish in finishing:
+            await finish()
+        await super().close(timeout)
 
     def suspect(self) -> None:
         """Check connections before use for a while: a failure may have broken others."""

@@ -21,6 +21,7 @@ from tests.checkback_helpers import (
     history,
     make_due,
     message,
+    settled_round,
 )
 from tests.factories import GROUP, end, half
 from tests.push_receiver import PushReceiver, Received
@@ -191,7 +192,7 @@ async def test_a_push_answer_resolves_the_transaction(
         await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
         sent = await core.prepare(half(tags="created"))
         make_due(db, sent.offset)
-        result = await core.checkback.run_round()
+        result = await settled_round(core.checkback)
 
     assert (result.pushed, result.resolved_by_push, result.push_failures) == (1, 1, 0)
     (pushed,) = receiver.received
@@ -214,7 +215,7 @@ async def test_a_push_without_an_answer_leaves_the_end_to_the_producer(
         await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
         sent = await core.prepare(half())
         make_due(db, sent.offset)
-        result = await core.checkback.run_round()
+        result = await settled_round(core.checkback)
     assert (result.pushed, result.resolved_by_push) == (1, 0)
     assert message(db, sent.offset)["state"] == "prepared"
     assert check_request(db, sent.offset)["status"] == CheckStatus.DELIVERED
@@ -235,7 +236,7 @@ async def test_a_failed_push_waits_for_the_next_check(
         await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
         sent = await core.prepare(half())
         make_due(db, sent.offset)
-        result = await core.checkback.run_round()
+        result = await settled_round(core.checkback)
         assert (result.pushed, result.push_failures) == (0, 1)
         request = check_request(db, sent.offset)
         assert request["status"] == CheckStatus.FAILED
@@ -243,7 +244,7 @@ async def test_a_failed_push_waits_for_the_next_check(
         assert message(db, sent.offset)["check_count"] == 1  # the check happened
 
         make_due(db, sent.offset)
-        await core.checkback.run_round()
+        await settled_round(core.checkback)
     assert [r.json["check_count"] for r in receiver.received] == [1, 2]
     assert message(db, sent.offset)["state"] == "committed"
 
@@ -257,7 +258,7 @@ async def test_an_unreachable_check_url_is_a_failed_push(
     await core.checkback.heartbeat(GROUP, INSTANCE, url)
     sent = await core.prepare(half())
     make_due(db, sent.offset)
-    result = await core.checkback.run_round()
+    result = await settled_round(core.checkback)
     assert result.push_failures == 1
     assert check_request(db, sent.offset)["detail"].startswith("ConnectError")
 
@@ -275,7 +276,7 @@ async def test_a_check_url_resolving_to_a_forbidden_address_is_not_pushed(
     )
     sent = await core.prepare(half())
     make_due(db, sent.offset)
-    result = await core.checkback.run_round()
+    result = await settled_round(core.checkback)
     assert (result.pushed, result.push_failures) == (0, 1)
     request = check_request(db, sent.offset)
     assert request["status"] == CheckStatus.FAILED
@@ -314,7 +315,7 @@ async def test_pushes_are_unsigned_without_a_secret(
             await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
             sent = await core.prepare(half())
             make_due(db, sent.offset)
-            await core.checkback.run_round()
+            await settled_round(core.checkback)
     (pushed,) = receiver.received
     assert pushed.signature is None
     assert pushed.timestamp is None

@@ -21,6 +21,7 @@ from tests.checkback_helpers import (
     eventually,
     make_due,
     message,
+    settled_round,
 )
 from tests.factories import GROUP, half
 from tests.push_receiver import PushReceiver
@@ -84,7 +85,7 @@ async def test_three_nodes_push_each_due_message_exactly_once_per_round(
     with PushReceiver(lambda _: (200, {"resolution": "commit"})) as receiver:
         await nodes[0].checkback.heartbeat(GROUP, INSTANCE, receiver.url)
         offsets = await _backlog(nodes[0], db)
-        await asyncio.gather(*(node.checkback.run_round() for node in nodes))
+        await asyncio.gather(*(settled_round(node.checkback) for node in nodes))
 
     pushes = Counter(receiver.offsets())
     failed = db.execute(
@@ -123,7 +124,7 @@ async def _kill_one_node_mid_round(nodes: list[Coordinator], db: psycopg.Connect
 
         # ... but check the message again once its next check is due
         async def survivors_round() -> int:
-            results = await asyncio.gather(*(n.checkback.run_round() for n in survivors))
+            results = await asyncio.gather(*(settled_round(n.checkback) for n in survivors))
             return sum(r.pushed for r in results)
 
         await eventually(survivors_round, lambda pushed: pushed == 1)

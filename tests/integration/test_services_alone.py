@@ -81,6 +81,7 @@ async def test_check_back_hands_pushed_answers_to_the_end_function_it_was_given(
         await checkback.heartbeat(GROUP, INSTANCE, receiver.url)
         make_due(db, offset)
         result = await checkback.run_round()
+        await checkback.settle()
     assert result.pushed == 1 and result.resolved_by_push == 1
     assert [(r.transaction_id, r.producer_group, r.from_check) for r in ended] == [
         ("tx-alone-1", GROUP, True)

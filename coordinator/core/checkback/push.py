@@ -24,15 +24,18 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 import httpx
+from psycopg import AsyncConnection
 
 from coordinator import __version__, metrics
 from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from coordinator.domain.checkback import CheckRequest
+from coordinator.db.queries import execute, fetch_all
+from coordinator.domain.checkback import CheckRequest, ClaimedCheck
 from coordinator.domain.rules import forbidden_address
-from coordinator.domain.states import Resolution
+from coordinator.domain.states import CheckStatus, Resolution
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,34 @@ class PushOutcome:
     delivered: bool
     resolution: Resolution | None = None  # commit or rollback carried by the answer
     detail: str | None = None  # why it failed, or what the answer said
+
+
+async def start(conn: AsyncConnection[Any], claimed: ClaimedCheck) -> bool:
+    """Mark the claimed push request `pushing`; False if it is no longer open to push.
+
+    It is not when its message was resolved, or checked again, since the claim.
+    """
+    rows = await fetch_all(
+        conn,
+        "start_pushes",
+        {"offsets": [claimed.offset], "check_counts": [claimed.check_count]},
+    )
+    return bool(rows)
+
+
+async def finish(conn: AsyncConnection[Any], claimed: ClaimedCheck, outcome: PushOutcome) -> None:
+    """Record how the push went on its check request (the message waits for its next check)."""
+    status = CheckStatus.DELIVERED if outcome.delivered else CheckStatus.FAILED
+    await execute(
+        conn,
+        "finish_push",
+        {
+            "offset": claimed.offset,
+            "check_count": claimed.check_count,
+            "status": status.value,
+            "detail": outcome.detail,
+        },
+    )
 
 
 def encode(request: CheckRequest) -> bytes:

@@ -85,13 +85,11 @@ class CheckScheduler:
                     "waiting": len(result.waiting),
                     "discarded": len(result.discarded),
                     "expired": len(result.expired),
-                    "pushed": result.pushed,
-                    "push_failures": result.push_failures,
+                    "pushing": result.handed_to_push,
                 }
                 log.info(
                     "check-back round: %(checked)d checked, %(waiting)d waiting for a producer, "
-                    "%(discarded)d discarded, %(expired)d expired, %(pushed)d pushed, "
-                    "%(push_failures)d push failures",
+                    "%(discarded)d discarded, %(expired)d expired, %(pushing)d pushes started",
                     counts,
                     extra=counts,  # the same figures as fields of a JSON line
                 )

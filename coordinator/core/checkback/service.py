@@ -4,7 +4,9 @@ A half message nobody ended is due for a check-back at `next_check_at`. A
 round claims due messages in batches (`claim_due_checks`: SKIP LOCKED, next
 check time and check count advanced in the same transaction), then
 dispatches: pulled check requests are already in `check_requests` and their
-instances' long polls are woken by NOTIFY; pushed ones are POSTed here.
+instances' long polls are woken by NOTIFY; pushed ones are POSTed by tasks
+of their own (`dispatcher.py`), so the round does not wait for answers and a
+slow check URL delays no other producer's checks.
 
 Any number of coordinator nodes run rounds on one database; each due
 message goes to exactly one of them per round. The scheduler
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -25,9 +28,10 @@ import httpx
 
 from coordinator import metrics
 from coordinator.core.checkback import operator, push, registry
+from coordinator.core.checkback.dispatcher import PushDispatcher
 from coordinator.core.context import CoreContext, EndTransaction
 from coordinator.db.notifier import CHECKS_CHANNEL, Subscription
-from coordinator.db.queries import execute, fetch_all
+from coordinator.db.queries import fetch_all
 from coordinator.domain.checkback import (
     CheckRequest,
     ClaimAction,
@@ -39,20 +43,25 @@ from coordinator.domain.checkback import (
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import EndRequest
 from coordinator.domain.rules import MAX_POLL_WAIT_SECONDS, check_poll
-from coordinator.domain.states import CheckStatus, DispatchMode, MessageState, Resolution, Source
+from coordinator.domain.states import DispatchMode, MessageState, Resolution, Source
 
 log = logging.getLogger(__name__)
 
 # A round drains a backlog batch by batch, but not forever: the scheduler
 # starts the next round soon anyway.
 MAX_BATCHES_PER_ROUND = 100
+# How long a closing node lets its pushes in flight run (each ends within
+# check_push_timeout_seconds anyway); the same bound as a running round's.
+PUSHES_FINISH_SECONDS = 30.0
 
 
 class CheckBack:
     def __init__(self, context: CoreContext, end: EndTransaction) -> None:
         self._context = context
         self._end = end  # applies answers that pushed check requests carry
-        self._push_slots = asyncio.Semaphore(context.settings.max_inflight_dispatches)
+        self._pushes = PushDispatcher(context.settings.max_inflight_dispatches)
+        self._client: httpx.AsyncClient | None = None  # for pushes, made at the first
+        context.pool.before_close(self.close)
 
     # --- producer registry --------------------------------------------------
     async def heartbeat(
@@ -75,7 +84,10 @@ class CheckBack:
 
     # --- the round ------------------------------------------------------------
     async def run_round(self) -> RoundResult:
-        """Claim every due half message (batch by batch) and dispatch its check."""
+        """Claim every due half message (batch by batch) and dispatch its check.
+
+        Returns once the pushes are started; `settle()` waits for their answers.
+        """
         started = time.perf_counter()
         result = RoundResult()
         async with self._context.pool.connection() as conn:
@@ -83,7 +95,7 @@ class CheckBack:
         for _ in range(MAX_BATCHES_PER_ROUND):
             claimed = await self.claim()
             result.add(claimed)
-            await self.dispatch(claimed, result)
+            self._hand_off(claimed, result)  # the pushes run on; the round does not wait
             if len(claimed) < self._context.settings.check_batch_size:
                 break
             if self._context.stopping.is_set():
@@ -104,6 +116,7 @@ class CheckBack:
                     "producer_ttl_seconds": settings.producer_ttl_seconds,
                     "retention_seconds": retention_seconds,
                     "check_max": settings.check_max,
+                    "pushes_in_flight": self._pushes.in_flight(),
                     "check_interval_seconds": settings.check_interval_seconds,
                     "backoff": settings.check_backoff,
                     "backoff_factor": settings.check_backoff_factor,
@@ -121,62 +134,83 @@ class CheckBack:
     async def dispatch(
         self, claimed: list[ClaimedCheck], result: RoundResult | None = None
     ) -> RoundResult:
-        """POST the claimed push requests that are still open (pulled ones wait for polls)."""
+        """Push the claimed push requests and wait for the answers (pulled ones wait for polls)."""
         result = result if result is not None else RoundResult()
-        pushes = [c for c in claimed if c.via is DispatchMode.PUSH]
-        if not pushes:
-            return result
-        async with self._context.pool.connection() as conn:
-            rows = await fetch_all(
-                conn,
-                "start_pushes",
-                {
-                    "offsets": [c.offset for c in pushes],
-                    "check_counts": [c.check_count for c in pushes],
-                },
-            )
-        still_open = {row["message_offset"] for row in rows}
-        secret = self._context.settings.check_push_secret
-        async with httpx.AsyncClient(
-            timeout=self._context.settings.check_push_timeout_seconds
-        ) as client:
-            outcomes = await asyncio.gather(
-                *(
-                    self._push_one(client, c, secret.get_secret_value() if secret else None)
-                    for c in pushes
-                    if c.offset in still_open
-                )
-            )
-        for outcome in outcomes:
-            if outcome.delivered:
-                result.pushed += 1
-                result.resolved_by_push += outcome.resolution is not None
-            else:
-                result.push_failures += 1
+        await asyncio.gather(*self._hand_off(claimed, result))
         return result
 
-    async def _push_one(
-        self, client: httpx.AsyncClient, claimed: ClaimedCheck, secret: str | None
-    ) -> push.PushOutcome:
-        assert claimed.request is not None and claimed.check_url is not None
-        async with self._push_slots:
-            try:
-                outcome = await push.push(client, claimed.check_url, claimed.request, secret)
-            except Exception as error:  # a producer's endpoint must never break the round
-                outcome = push.PushOutcome(False, detail=f"{type(error).__name__}: {error}"[:500])
-        async with self._context.pool.connection() as conn:
-            await execute(
-                conn,
-                "finish_push",
-                {
-                    "offset": claimed.offset,
-                    "check_count": claimed.check_count,
-                    "status": (
-                        CheckStatus.DELIVERED if outcome.delivered else CheckStatus.FAILED
-                    ).value,
-                    "detail": outcome.detail,
-                },
+    async def settle(self) -> None:
+        """Wait until every push handed off so far is answered, failed or timed out."""
+        await self._pushes.settle()
+
+    async def close(self) -> None:
+        """Let the pushes in flight finish (each within its timeout), then stop pushing."""
+        timeout = self._context.settings.check_push_timeout_seconds
+        await self._pushes.close(finish_seconds=min(timeout + 1.0, PUSHES_FINISH_SECONDS))
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _hand_off(
+        self, claimed: list[ClaimedCheck], result: RoundResult
+    ) -> list[asyncio.Task[None]]:
+        """Start a push for each claimed push request; its outcome is counted in `result`."""
+        tasks = []
+        for check in claimed:
+            if check.via is not DispatchMode.PUSH:
+                continue
+            assert check.check_url is not None
+            task = self._pushes.submit(
+                check.offset, check.check_url, functools.partial(self._push_one, check, result)
             )
+            if task is not None:
+                result.handed_to_push += 1
+                tasks.append(task)
+        return tasks
+
+    async def _push_one(self, claimed: ClaimedCheck, result: RoundResult) -> None:
+        assert claimed.request is not None and claimed.check_url is not None
+        async with self._context.pool.connection() as conn:
+            if not await push.start(conn, claimed):
+                return  # resolved, or checked again, while it waited for its slot
+        secret = self._context.settings.check_push_secret
+        try:
+            outcome = await push.push(
+                self._http_client(),
+                claimed.check_url,
+                claimed.request,
+                secret.get_secret_value() if secret else None,
+            )
+        except asyncio.CancelledError:
+            # The node stops: the request records why it went unanswered.
+            stopped = push.PushOutcome(False, detail="the coordinator stopped before the answer")
+            await asyncio.shield(self._finish_push(claimed, stopped))
+            raise
+        except Exception as error:  # a producer's endpoint must never break the round
+            outcome = push.PushOutcome(False, detail=f"{type(error).__name__}: {error}"[:500])
+        await self._finish_push(claimed, outcome)
+        if not outcome.delivered:
+            result.push_failures += 1
+            return
+        result.pushed += 1
+        metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.PUSH.value).inc()
+        if outcome.resolution is not None:
+            result.resolved_by_push += 1
+            await self._end_from_push(claimed, outcome.resolution)
+
+    def _http_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            settings = self._context.settings
+            self._client = httpx.AsyncClient(
+                timeout=settings.check_push_timeout_seconds,
+                # the dispatcher bounds the pushes: never make one wait for a connection
+                limits=httpx.Limits(max_connections=settings.max_inflight_dispatches),
+            )
+        return self._client
+
+    async def _finish_push(self, claimed: ClaimedCheck, outcome: push.PushOutcome) -> None:
+        async with self._context.pool.connection() as conn:
+            await push.finish(conn, claimed, outcome)
         if not outcome.delivered:
             metrics.CHECK_BACK_PUSH_FAILURES.inc()
             log.info(
@@ -186,11 +220,6 @@ class CheckBack:
                 outcome.detail,
                 extra=_claim_fields(claimed),
             )
-            return outcome
-        metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.PUSH.value).inc()
-        if outcome.resolution is not None:
-            await self._end_from_push(claimed, outcome.resolution)
-        return outcome
 
     async def _end_from_push(self, claimed: ClaimedCheck, resolution: Resolution) -> None:
         assert claimed.request is not None

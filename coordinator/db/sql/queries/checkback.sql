@@ -76,12 +76,16 @@ WHERE last_seen_at < now() - make_interval(secs => %(producer_forget_seconds)s::
 --   wait     no live instance: the budget is not touched; the attempt is
 --            recorded in check_requests (status no_producer)
 -- A message resolved in the meantime is not `prepared` and never claimed.
+-- Nor is one whose previous push is still queued or in flight on this node
+-- (pushes_in_flight): a slow check URL is not sent the same message twice at
+-- once; it is claimed again once that push is done.
 -- Waiting long polls of pulled groups are woken (NOTIFY is sent on commit;
 -- repeats in one transaction fold into one).
 WITH due AS (
     SELECT id, producer_group, check_count, born_at
     FROM messages
     WHERE state = 'prepared' AND next_check_at <= now()
+      AND id <> ALL(%(pushes_in_flight)s::bigint[])
     ORDER BY next_check_at
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
