@@ -29,7 +29,7 @@ from coordinator.cli.common import (
     settings_with_flags,
 )
 from coordinator.config import Settings, env_name
-from coordinator.core.auth import is_loopback
+from coordinator.core.configs import is_loopback
 from coordinator.db.queries import execute_sync
 from coordinator.db.ready import describe_database
 from coordinator.http import create_app

@@ -269,7 +269,8 @@ class MessagingService:
             self.topic(message.topic)
             incoming = convert.incoming(self.stubs, message, self.settings)
             principal.require_produce(incoming.message.topic, incoming.message.producer_group)
-            store = self.core.prepare if incoming.transactional else self.core.send
+            transactions = self.core.transactions
+            store = transactions.prepare if incoming.transactional else transactions.send
             result: SendResult = await store(incoming.message)
         except CoordinatorError as error:
             return entry(
@@ -299,7 +300,7 @@ class MessagingService:
             definition.COMMIT: Resolution.COMMIT,
             definition.ROLLBACK: Resolution.ROLLBACK,
         }.get(request.resolution, Resolution.UNKNOWN)
-        result = await self.core.end(
+        result = await self.core.transactions.end(
             EndRequest(
                 transaction_id=request.transaction_id,
                 producer_group=topic,

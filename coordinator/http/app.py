@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from coordinator import __version__
 from coordinator.config import Settings
 from coordinator.core import Coordinator
-from coordinator.core.auth import Authenticator, open_allowed, running_authenticator
+from coordinator.core.auth import Authenticator, running_authenticator
 from coordinator.core.checkback.scheduler import running_check_scheduler
 from coordinator.http.api_docs import install_api_docs
 from coordinator.http.checkback import router as checkback_router
@@ -33,13 +33,11 @@ def create_app(database_url: str, settings: Settings | None = None) -> HotRoutes
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         async with Coordinator.connect(database_url, settings, listen=True) as core:
             app.state.coordinator = core
-            async with running_authenticator(
-                core.context, open_allowed=open_allowed(settings)
-            ) as authenticator:
+            async with running_authenticator(core.context, core.configs.auth) as authenticator:
                 # On app.state, where FastAPI's routes and HotRoutes both find it.
                 app.state.authenticator = authenticator
                 async with (
-                    running_check_scheduler(core.checkback.run_round, core.settings),
+                    running_check_scheduler(core.checkback.run_round, core.configs.scheduler),
                     _grpc_door(core, authenticator, settings),
                 ):
                     try:

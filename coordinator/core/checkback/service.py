@@ -25,6 +25,7 @@ import httpx
 
 from coordinator import metrics
 from coordinator.core.checkback import operator, push, registry
+from coordinator.core.configs import CheckBackConfig
 from coordinator.core.context import CoreContext, EndTransaction
 from coordinator.db.notifier import CHECKS_CHANNEL, Subscription
 from coordinator.db.queries import execute, fetch_all
@@ -49,10 +50,11 @@ MAX_BATCHES_PER_ROUND = 100
 
 
 class CheckBack:
-    def __init__(self, context: CoreContext, end: EndTransaction) -> None:
+    def __init__(self, context: CoreContext, config: CheckBackConfig, end: EndTransaction) -> None:
         self._context = context
+        self._config = config
         self._end = end  # applies answers that pushed check requests carry
-        self._push_slots = asyncio.Semaphore(context.settings.max_inflight_dispatches)
+        self._push_slots = asyncio.Semaphore(config.max_inflight_dispatches)
 
     # --- producer registry --------------------------------------------------
     async def heartbeat(
@@ -61,7 +63,7 @@ class CheckBack:
         """Register an instance or record that it is alive (with its check URL, if push)."""
         async with self._context.pool.connection() as conn:
             return await registry.heartbeat(
-                conn, self._context.settings, producer_group, instance_id, check_url
+                conn, self._config, producer_group, instance_id, check_url
             )
 
     async def leave(self, producer_group: str, instance_id: str) -> bool:
@@ -71,7 +73,7 @@ class CheckBack:
 
     async def producers(self, producer_group: str | None = None) -> list[Producer]:
         async with self._context.pool.connection() as conn:
-            return await registry.list_producers(conn, self._context.settings, producer_group)
+            return await registry.list_producers(conn, self._config, producer_group)
 
     # --- the round ------------------------------------------------------------
     async def run_round(self) -> RoundResult:
@@ -79,12 +81,12 @@ class CheckBack:
         started = time.perf_counter()
         result = RoundResult()
         async with self._context.pool.connection() as conn:
-            await registry.forget_stale(conn, self._context.settings)
+            await registry.forget_stale(conn, self._config)
         for _ in range(MAX_BATCHES_PER_ROUND):
             claimed = await self.claim()
             result.add(claimed)
             await self.dispatch(claimed, result)
-            if len(claimed) < self._context.settings.check_batch_size:
+            if len(claimed) < self._config.check_batch_size:
                 break
             if self._context.stopping.is_set():
                 break  # the rest stays due: the next round, on any node, takes it
@@ -93,23 +95,23 @@ class CheckBack:
 
     async def claim(self) -> list[ClaimedCheck]:
         """Claim one batch of due messages; committed when this returns."""
-        settings = self._context.settings
-        retention_seconds = settings.retention_hours * 3600.0
+        config = self._config
+        retention_seconds = config.retention_hours * 3600.0
         async with self._context.pool.connection() as conn:
             rows = await fetch_all(
                 conn,
                 "claim_due_checks",
                 {
-                    "batch_size": settings.check_batch_size,
-                    "producer_ttl_seconds": settings.producer_ttl_seconds,
+                    "batch_size": config.check_batch_size,
+                    "producer_ttl_seconds": config.producer_ttl_seconds,
                     "retention_seconds": retention_seconds,
-                    "check_max": settings.check_max,
-                    "check_interval_seconds": settings.check_interval_seconds,
-                    "backoff": settings.check_backoff,
-                    "backoff_factor": settings.check_backoff_factor,
-                    "backoff_max_seconds": settings.check_backoff_max_seconds,
+                    "check_max": config.check_max,
+                    "check_interval_seconds": config.check_interval_seconds,
+                    "backoff": config.check_backoff,
+                    "backoff_factor": config.check_backoff_factor,
+                    "backoff_max_seconds": config.check_backoff_max_seconds,
                     "expiry_detail": (
-                        f"still prepared after the retention of {settings.retention_hours:g} hours"
+                        f"still prepared after the retention of {config.retention_hours:g} hours"
                     ),
                 },
             )
@@ -136,16 +138,10 @@ class CheckBack:
                 },
             )
         still_open = {row["message_offset"] for row in rows}
-        secret = self._context.settings.check_push_secret
-        async with httpx.AsyncClient(
-            timeout=self._context.settings.check_push_timeout_seconds
-        ) as client:
+        secret = self._config.check_push_secret
+        async with httpx.AsyncClient(timeout=self._config.check_push_timeout_seconds) as client:
             outcomes = await asyncio.gather(
-                *(
-                    self._push_one(client, c, secret.get_secret_value() if secret else None)
-                    for c in pushes
-                    if c.offset in still_open
-                )
+                *(self._push_one(client, c, secret) for c in pushes if c.offset in still_open)
             )
         for outcome in outcomes:
             if outcome.delivered:
@@ -239,16 +235,16 @@ class CheckBack:
 
         Polling also counts as being heard from (the instance stays live).
         """
-        settings = self._context.settings
+        config = self._config
         # The server may hold long polls for less than the protocol allows.
         check_poll(
             wait_seconds,
             max_requests,
-            high=min(MAX_POLL_WAIT_SECONDS, settings.max_long_poll_seconds),
+            high=min(MAX_POLL_WAIT_SECONDS, config.max_long_poll_seconds),
         )
         async with self._context.pool.connection() as conn:
             await registry.heartbeat(
-                conn, settings, producer_group, instance_id, None, keep_check_url=True
+                conn, config, producer_group, instance_id, None, keep_check_url=True
             )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
@@ -258,7 +254,7 @@ class CheckBack:
                 remaining = deadline - loop.time()
                 if taken or remaining <= 0 or self._context.stopping.is_set():
                     return taken
-                pause = min(remaining, settings.check_poll_fallback_seconds)
+                pause = min(remaining, config.check_poll_fallback_seconds)
                 if wake_up is None:
                     await asyncio.sleep(pause)
                 else:
@@ -288,7 +284,7 @@ class CheckBack:
     async def recheck(self, offset: int) -> OperatorResult:
         """Re-arm a discarded message: prepared, check count reset, checked back now."""
         async with self._context.pool.connection() as conn:
-            return await operator.recheck(conn, self._context.settings, offset)
+            return await operator.recheck(conn, self._config, offset)
 
     async def resolve(self, offset: int, resolution: Resolution) -> OperatorResult:
         """Commit or roll back a prepared or discarded message by hand (source operator)."""
