@@ -16,6 +16,8 @@ from typing import Any, Literal, Self
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from coordinator.domain.immunity import longest_check_immunity
+
 MIB = 1024 * 1024
 ENV_PREFIX = "COORDINATOR_"
 # What libpq and SQLAlchemy both read as a PostgreSQL server (Alembic needs a URL).
@@ -285,9 +287,9 @@ class Settings(BaseSettings):
 
     @property
     def max_check_immunity_seconds(self) -> float:
-        # A check immunity longer than retention would expire the message before
-        # its first check-back ever ran, so retention is the natural ceiling.
-        return self.retention_hours * 3600.0
+        # A longer immunity would leave no check-back before the message
+        # expires at the retention (domain/immunity.py).
+        return longest_check_immunity(self.retention_hours * 3600.0, self.check_interval_seconds)
 
     @classmethod
     def from_environment(cls, **values: Any) -> Self:

@@ -71,9 +71,9 @@ async def seed(core: Coordinator, db: psycopg.Connection) -> Seeded:
 
     # Resolved by their producers: 3 commits (delivered to billing), 1 rollback.
     for number in range(4):
-        sent = await core.prepare(_half(ORDER_SVC, ORDERS, number))
+        sent = await core.transactions.prepare(_half(ORDER_SVC, ORDERS, number))
         resolution = Resolution.ROLLBACK if number == 3 else Resolution.COMMIT
-        await core.end(end(sent.transaction_id, resolution, group=ORDER_SVC))
+        await core.transactions.end(end(sent.transaction_id, resolution, group=ORDER_SVC))
 
     # billing receives two of its three: one stays in flight, one is dead-lettered.
     received = await core.delivery.receive(BILLING, max_messages=2, invisible_seconds=300)
@@ -81,8 +81,8 @@ async def seed(core: Coordinator, db: psycopg.Connection) -> Seeded:
 
     # One discarded (check budget used up) and one expired (past retention),
     # by a real check-back round.
-    discard = await core.prepare(_half(ORDER_SVC, ORDERS, 10))
-    expire = await core.prepare(_half(ORDER_SVC, ORDERS, 11))
+    discard = await core.transactions.prepare(_half(ORDER_SVC, ORDERS, 10))
+    expire = await core.transactions.prepare(_half(ORDER_SVC, ORDERS, 11))
     db.execute(
         "UPDATE messages SET check_count = %s, next_check_at = now() WHERE id = %s",
         (core.settings.check_max, discard.offset),
@@ -96,7 +96,7 @@ async def seed(core: Coordinator, db: psycopg.Connection) -> Seeded:
     # are due and get checked back (handed to the live instance).
     pending = []
     for number, age in enumerate(PENDING_AGES):
-        sent = await core.prepare(_half(ORDER_SVC, ORDERS, 20 + number))
+        sent = await core.transactions.prepare(_half(ORDER_SVC, ORDERS, 20 + number))
         db.execute(
             "UPDATE messages SET born_at = now() - %s, next_check_at = now() + interval '1 hour' "
             "WHERE id = %s",
@@ -109,7 +109,7 @@ async def seed(core: Coordinator, db: psycopg.Connection) -> Seeded:
     )
     # payment-svc has no live instance: its due message waits for one.
     for number in range(2):
-        sent = await core.prepare(_half(PAYMENT_SVC, PAYMENTS, 30 + number))
+        sent = await core.transactions.prepare(_half(PAYMENT_SVC, PAYMENTS, 30 + number))
         if number == 0:
             db.execute(
                 "UPDATE messages SET born_at = now() - interval '90 seconds', "

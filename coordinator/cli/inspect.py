@@ -44,13 +44,13 @@ async def show(
 
 async def _find(core: Coordinator, ident: str) -> MessageRecord:
     if ident.isdigit():
-        return await core.get_message(offset=int(ident))
+        return await core.inspection.get_message(offset=int(ident))
     try:
-        return await core.get_message(transaction_id=ident)
+        return await core.inspection.get_message(transaction_id=ident)
     except NotFound:
         pass
     try:
-        return await core.get_message(message_id=ident)
+        return await core.inspection.get_message(message_id=ident)
     except NotFound:
         raise NotFound(f"no message with offset, transaction id or message id {ident!r}") from None
 

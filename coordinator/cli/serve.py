@@ -26,7 +26,7 @@ from coordinator.cli.common import (
     settings_with_flags,
 )
 from coordinator.config import Settings, env_name
-from coordinator.core.auth import is_loopback
+from coordinator.core.configs import is_loopback
 from coordinator.db.queries import execute_sync
 from coordinator.db.ready import describe_database
 from coordinator.domain.errors import DoorFailed
@@ -131,8 +131,7 @@ def _listen(http_socket: socket.socket, settings: Settings) -> None:
         http_socket.listen(BACKLOG)
     except OSError as error:  # another SO_REUSEADDR socket took the port meanwhile
         raise fail(
-            f"cannot listen for HTTP (--port) on {settings.host}:{settings.port}: "
-            f"{error.strerror}",
+            f"cannot listen for HTTP (--port) on {settings.host}:{settings.port}: {error.strerror}",
             EXIT_CANNOT_LISTEN,
         ) from None
 

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
-from coordinator.config import Settings
+from coordinator.core.configs import AuthConfig, LimitsConfig
 from coordinator.core.context import CoreContext
 from coordinator.core.tokens import grants_of, secret_sha256
 from coordinator.db.notifier import TOKENS_CHANNEL
@@ -52,17 +51,17 @@ class _Bucket:
 class Limits:
     """Per-principal request rate and concurrent long polls."""
 
-    settings: Settings
+    config: LimitsConfig
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
 
     def _bucket(self, name: str, now: float) -> _Bucket:
         bucket = self._buckets.get(name)
         if bucket is None:
-            bucket = self._buckets[name] = _Bucket(float(self.settings.rate_limit_burst), now)
+            bucket = self._buckets[name] = _Bucket(float(self.config.rate_limit_burst), now)
         return bucket
 
     def take_request(self, principal: Principal) -> None:
-        rate = self.settings.rate_limit_per_second
+        rate = self.config.rate_limit_per_second
         # Without authentication there is no one to tell apart: one shared
         # budget would throttle every client together.
         if rate <= 0 or principal is _ANONYMOUS:
@@ -70,7 +69,7 @@ class Limits:
         now = time.monotonic()
         bucket = self._bucket(principal.name, now)
         bucket.tokens = min(
-            float(self.settings.rate_limit_burst), bucket.tokens + (now - bucket.updated) * rate
+            float(self.config.rate_limit_burst), bucket.tokens + (now - bucket.updated) * rate
         )
         bucket.updated = now
         if bucket.tokens < 1:
@@ -86,7 +85,7 @@ class Limits:
             yield
             return
         bucket = self._bucket(principal.name, time.monotonic())
-        most = self.settings.max_long_polls_per_token
+        most = self.config.max_long_polls_per_token
         if bucket.long_polls >= most:
             raise RateLimited(
                 f"token {principal.name!r} holds {most} long polls already; wait for one to return"
@@ -98,27 +97,13 @@ class Limits:
             bucket.long_polls -= 1
 
 
-def is_loopback(host: str) -> bool:
-    """Whether a listen address is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def open_allowed(settings: Settings) -> bool:
-    """Whether this server may serve without tokens (loopback only, or --insecure)."""
-    return settings.insecure or is_loopback(settings.host)
-
-
 class Authenticator:
-    def __init__(self, context: CoreContext, *, open_allowed: bool) -> None:
+    def __init__(self, context: CoreContext, config: AuthConfig) -> None:
         self._context = context
-        self.open_allowed = open_allowed
+        self._config = config
+        self.open_allowed = config.open_allowed
         self._principals: dict[str, Principal] = {}
-        self.limits = Limits(context.settings)
+        self.limits = Limits(config.limits)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -173,7 +158,7 @@ class Authenticator:
             self._task = None
 
     async def _follow(self) -> None:
-        interval = self._context.settings.token_refresh_seconds
+        interval = self._config.token_refresh_seconds
         notifier = self._context.notifier
         async with contextlib.AsyncExitStack() as stack:
             wake_up = (
@@ -194,9 +179,9 @@ class Authenticator:
 
 @contextlib.asynccontextmanager
 async def running_authenticator(
-    context: CoreContext, *, open_allowed: bool
+    context: CoreContext, config: AuthConfig
 ) -> AsyncIterator[Authenticator]:
-    authenticator = Authenticator(context, open_allowed=open_allowed)
+    authenticator = Authenticator(context, config)
     await authenticator.start()
     try:
         yield authenticator

@@ -1,6 +1,7 @@
-"""What the core's services share, and nothing more: pool, settings, notifier.
+"""What the core's services share, and nothing more: the pool, the notifier, the stop signal.
 
-Services (delivery, check-back) take a `CoreContext`, never the
+Services take a `CoreContext` and a small frozen config of their own (built
+from the settings in `configs.py`), never the `Settings` nor the
 `Coordinator` that composes them, so each can be built and tested alone.
 """
 
@@ -10,7 +11,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from coordinator.config import Settings
 from coordinator.db.notifier import Notifier
 from coordinator.db.pool import CoordinatorPool
 from coordinator.domain.messages import EndRequest, EndResult
@@ -22,7 +22,6 @@ EndTransaction = Callable[[EndRequest], Awaitable[EndResult]]
 @dataclass(frozen=True, slots=True)
 class CoreContext:
     pool: CoordinatorPool
-    settings: Settings
     # Long polls (check requests, receives) wait on the notifier; without one
     # (CLI commands) they fall back to polling.
     notifier: Notifier | None = None

@@ -1,4 +1,4 @@
-"""Reading state back: one message with its history, and the overall status."""
+"""Reading state back: one message with its history, the overall status, the database's health."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator.db.queries import fetch_all, fetch_one
+from coordinator.core.context import CoreContext
+from coordinator.db.queries import execute, fetch_all, fetch_one
 from coordinator.domain.errors import InvalidMessage, NotFound
 from coordinator.domain.messages import (
     HistoryEntry,
@@ -20,7 +21,36 @@ from coordinator.domain.rules import check_message_id
 from coordinator.domain.states import MessageKind, MessageState, Source
 
 
-async def get_message(
+class Inspection:
+    def __init__(self, context: CoreContext) -> None:
+        self._context = context
+
+    async def get_message(
+        self,
+        *,
+        offset: int | None = None,
+        message_id: str | None = None,
+        transaction_id: str | None = None,
+    ) -> MessageRecord:
+        async with self._context.pool.connection() as conn:
+            return await _get_message(
+                conn, offset=offset, message_id=message_id, transaction_id=transaction_id
+            )
+
+    async def status(self) -> Status:
+        async with self._context.pool.connection() as conn:
+            return await _get_status(conn)
+
+    async def database_ok(self) -> bool:
+        try:
+            async with self._context.pool.connection(timeout=2.0) as conn:
+                await execute(conn, "ping")
+        except Exception:  # any failure means "not healthy"; /health reports it
+            return False
+        return True
+
+
+async def _get_message(
     conn: AsyncConnection[Any],
     *,
     offset: int | None = None,
@@ -73,7 +103,7 @@ def _record(row: dict[str, Any], history: list[dict[str, Any]]) -> MessageRecord
     )
 
 
-async def get_status(conn: AsyncConnection[Any]) -> Status:
+async def _get_status(conn: AsyncConnection[Any]) -> Status:
     counts = await fetch_all(conn, "message_counts", {})
     oldest = await fetch_one(conn, "oldest_pending", {})
     return Status(

@@ -16,6 +16,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from coordinator.core.configs import OverviewConfig
 from coordinator.core.context import CoreContext
 from coordinator.db.queries import execute, fetch_all, fetch_one
 from coordinator.domain.errors import InvalidMessage
@@ -48,8 +49,9 @@ SETTLE = timedelta(seconds=15)
 class OverviewReader:
     """Reads overviews; keeps the complete minutes' resolutions between reads."""
 
-    def __init__(self, context: CoreContext) -> None:
+    def __init__(self, context: CoreContext, config: OverviewConfig) -> None:
         self._context = context
+        self._config = config
         self._complete_minutes: dict[datetime, MinuteCounts] = {}
 
     async def read(self, minutes: int = DEFAULT_MINUTES) -> Overview:
@@ -73,7 +75,7 @@ class OverviewReader:
             producers = await fetch_all(
                 conn,
                 "producer_counts",
-                {"producer_ttl_seconds": self._context.settings.producer_ttl_seconds},
+                {"producer_ttl_seconds": self._config.producer_ttl_seconds},
             )
             consumers = await fetch_all(conn, "consumer_figures", {"limit": COUNT_LIMIT})
         groups = _pending_groups(pending_rows, now)

@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from coordinator.config import Settings
+from coordinator.core.configs import TransactionsConfig
 from coordinator.core.ids import new_message_id, new_transaction_id
 from coordinator.db.queries import fetch_all
 from coordinator.domain.errors import (
@@ -23,44 +23,52 @@ from coordinator.domain.errors import (
     MessageIdConflict,
     TransactionalMessagesRejected,
 )
+from coordinator.domain.immunity import with_property_immunity
 from coordinator.domain.messages import NewMessage, SendResult
 from coordinator.domain.rules import check_new_message
 from coordinator.domain.states import MessageKind, MessageState
 
 
 def validate_batch(
-    messages: Sequence[NewMessage], settings: Settings, *, transactional: bool
-) -> None:
+    messages: Sequence[NewMessage], config: TransactionsConfig, *, transactional: bool
+) -> list[NewMessage]:
+    """The batch as it is stored (a half message's immunity read from its property
+    too), or InvalidMessage naming the first message refused."""
     if not messages:
         raise InvalidMessage("a batch needs at least one message")
-    if len(messages) > settings.max_batch_size:
+    if len(messages) > config.max_batch_size:
         raise InvalidMessage(
-            f"a batch holds at most {settings.max_batch_size} messages, got {len(messages)}"
+            f"a batch holds at most {config.max_batch_size} messages, got {len(messages)}"
         )
-    if transactional and settings.reject_transactional_messages:
+    if transactional and config.reject_transactional_messages:
         raise TransactionalMessagesRejected(
             "this coordinator is configured to reject transactional messages"
         )
+    checked = []
     for position, message in enumerate(messages):
         try:
-            check_new_message(message, settings, transactional=transactional)
+            if transactional:
+                message = with_property_immunity(message)
+            check_new_message(message, config, transactional=transactional)
         except InvalidMessage as error:
             if len(messages) == 1:
                 raise
             raise InvalidMessage(f"message {position}: {error.message}") from None
+        checked.append(message)
+    return checked
 
 
 async def store_messages(
     conn: AsyncConnection[Any],
     messages: Sequence[NewMessage],
-    settings: Settings,
+    config: TransactionsConfig,
     *,
     transactional: bool,
 ) -> list[SendResult]:
     """Store a batch atomically: every message, or (on any error) none."""
-    validate_batch(messages, settings, transactional=transactional)
+    messages = validate_batch(messages, config, transactional=transactional)
     async with conn.transaction():
-        outcomes = await insert_validated(conn, messages, settings, transactional=transactional)
+        outcomes = await insert_validated(conn, messages, config, transactional=transactional)
         for outcome in outcomes:
             if isinstance(outcome, CoordinatorError):
                 raise outcome  # leaves the transaction: nothing is stored
@@ -70,7 +78,7 @@ async def store_messages(
 async def insert_validated(
     conn: AsyncConnection[Any],
     messages: Sequence[NewMessage],
-    settings: Settings,
+    config: TransactionsConfig,
     *,
     transactional: bool,
 ) -> list[SendResult | CoordinatorError]:
@@ -100,7 +108,7 @@ async def insert_validated(
         "immunity_seconds": [m.check_immunity_seconds for m in messages],
         "kind": kind.value,
         "state": state.value,
-        "transaction_timeout_seconds": settings.transaction_timeout_seconds,
+        "transaction_timeout_seconds": config.transaction_timeout_seconds,
     }
     inserted = await fetch_all(conn, "insert_messages", params)
     stored = {row["message_id"]: (row, True) for row in inserted}

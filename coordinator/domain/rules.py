@@ -22,6 +22,7 @@ from urllib.parse import unquote
 import httpx
 
 from coordinator.domain.errors import InvalidMessage
+from coordinator.domain.immunity import check_immunity
 from coordinator.domain.messages import NewMessage
 
 
@@ -175,19 +176,6 @@ def check_body(body: bytes, settings: MessageLimits) -> bytes:
     return body
 
 
-def check_immunity(seconds: float | None, settings: MessageLimits) -> float | None:
-    if seconds is None:
-        return None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidMessage("check immunity must be a positive number of seconds")
-    if seconds > settings.max_check_immunity_seconds:
-        raise InvalidMessage(
-            f"check immunity of {seconds:g} s is longer than retention "
-            f"({settings.max_check_immunity_seconds:g} s)"
-        )
-    return seconds
-
-
 def check_new_message(message: NewMessage, settings: MessageLimits, *, transactional: bool) -> None:
     check_topic(message.topic)
     if transactional or message.producer_group is not None:
@@ -203,7 +191,7 @@ def check_new_message(message: NewMessage, settings: MessageLimits, *, transacti
             raise InvalidMessage("message group must not be empty")
         _check_text("message group", message.message_group, NAME_MAX_LENGTH)
     if transactional:
-        check_immunity(message.check_immunity_seconds, settings)
+        check_immunity(message.check_immunity_seconds, settings.max_check_immunity_seconds)
     elif message.check_immunity_seconds is not None:
         raise InvalidMessage("check immunity applies to transactional messages only")
 

@@ -59,7 +59,8 @@ class Producing:
             topic_of(message.topic)
             incoming = convert.incoming(self.stubs, message, self.settings)
             principal.require_produce(incoming.message.topic, incoming.message.producer_group)
-            store = self.core.prepare if incoming.transactional else self.core.send
+            transactions = self.core.transactions
+            store = transactions.prepare if incoming.transactional else transactions.send
             result: SendResult = await store(incoming.message)
         except CoordinatorError as error:
             return entry(
@@ -83,7 +84,7 @@ class Producing:
             raise DoorError(
                 "INVALID_TRANSACTION_ID", "give the transaction id that SendMessage returned"
             )
-        result = await self.core.end(
+        result = await self.core.transactions.end(
             EndRequest(
                 transaction_id=request.transaction_id,
                 producer_group=group,

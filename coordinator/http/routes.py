@@ -93,7 +93,7 @@ async def coordinator(request: Request) -> Coordinator:
     tags=["service"],
 )
 async def health(response: Response, core: Coordinator = Depends(coordinator)) -> HealthOut:
-    if await core.database_ok():
+    if await core.inspection.database_ok():
         return HealthOut(status="ok", database="ok")
     response.status_code = 503
     return HealthOut(status="unavailable", database="unreachable")
@@ -117,7 +117,7 @@ async def prepare(
     caller: Principal = Depends(principal),
 ) -> JSONResponse:
     caller.require_produce(body.topic, body.producer_group)
-    result = await core.prepare(body.to_message())
+    result = await core.transactions.prepare(body.to_message())
     return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
 
 
@@ -135,7 +135,7 @@ async def prepare_batch(
     caller: Principal = Depends(principal),
 ) -> JSONResponse:
     _require_produce_all(caller, body)
-    results = await core.prepare_batch([m.to_message() for m in body.messages])
+    results = await core.transactions.prepare_batch([m.to_message() for m in body.messages])
     return JSONResponse({"results": [send_result_json(r) for r in results]})
 
 
@@ -163,7 +163,7 @@ async def end(
     # The core refuses a group that is not the message's own (409), so a
     # token can end, and answer check-backs of, its own groups' messages only.
     caller.require_producer_group(body.producer_group)
-    result = await core.end(
+    result = await core.transactions.end(
         EndRequest(
             transaction_id=transaction_id,
             producer_group=body.producer_group,
@@ -201,7 +201,7 @@ async def end_batch(
         )
         for item in body.requests
     ]
-    outcomes = await core.end_batch(requests)
+    outcomes = await core.transactions.end_batch(requests)
     return JSONResponse(
         {
             "results": [
@@ -223,7 +223,7 @@ async def get_by_transaction(
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> MessageOut:
-    return _readable(caller, await core.get_message(transaction_id=transaction_id))
+    return _readable(caller, await core.inspection.get_message(transaction_id=transaction_id))
 
 
 @router.post(
@@ -244,7 +244,7 @@ async def send(
     caller: Principal = Depends(principal),
 ) -> JSONResponse:
     caller.require_produce(body.topic, body.producer_group)
-    result = await core.send(body.to_message())
+    result = await core.transactions.send(body.to_message())
     return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
 
 
@@ -261,7 +261,7 @@ async def send_batch(
     caller: Principal = Depends(principal),
 ) -> JSONResponse:
     _require_produce_all(caller, body)
-    results = await core.send_batch([m.to_message() for m in body.messages])
+    results = await core.transactions.send_batch([m.to_message() for m in body.messages])
     return JSONResponse({"results": [send_result_json(r) for r in results]})
 
 
@@ -278,7 +278,7 @@ async def get_by_message_id(
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> MessageOut:
-    return _readable(caller, await core.get_message(message_id=message_id))
+    return _readable(caller, await core.inspection.get_message(message_id=message_id))
 
 
 @router.get(
@@ -292,7 +292,7 @@ async def get_by_offset(
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> MessageOut:
-    return _readable(caller, await core.get_message(offset=offset))
+    return _readable(caller, await core.inspection.get_message(offset=offset))
 
 
 def _readable(caller: Principal, record: MessageRecord) -> MessageOut:
@@ -312,7 +312,7 @@ async def status(
     core: Coordinator = Depends(coordinator), caller: Principal = Depends(principal)
 ) -> StatusOut:
     caller.require_admin("read the status")
-    current = await core.status()
+    current = await core.inspection.status()
     oldest = current.oldest_pending
     return StatusOut(
         pending_total=current.pending_total,

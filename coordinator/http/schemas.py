@@ -89,7 +89,8 @@ class MessageIn(RequestIn):
     check_immunity_seconds: PositiveSeconds | None = Field(
         default=None,
         description="First check-back no earlier than this after sending; "
-        "transactional messages only, at most the retention.",
+        "transactional messages only, at most the retention less one check interval; "
+        "the property CHECK_IMMUNITY_TIME_IN_SECONDS gives it too (this field wins).",
     )
     message_group: MessageGroup | None = Field(default=None, description="FIFO message group key.")
 

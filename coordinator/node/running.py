@@ -9,7 +9,7 @@ from typing import Protocol
 
 from coordinator.config import Settings
 from coordinator.core import Coordinator
-from coordinator.core.auth import Authenticator, open_allowed, running_authenticator
+from coordinator.core.auth import Authenticator, running_authenticator
 from coordinator.core.checkback.scheduler import running_check_scheduler
 
 
@@ -74,8 +74,8 @@ async def running_node(
     """
     async with (
         Coordinator.connect(database_url, settings, listen=True) as core,
-        running_authenticator(core.context, open_allowed=open_allowed(settings)) as authenticator,
-        running_check_scheduler(core.checkback.run_round, settings),
+        running_authenticator(core.context, core.configs.auth) as authenticator,
+        running_check_scheduler(core.checkback.run_round, core.configs.scheduler),
         AsyncExitStack() as serving,
     ):
         started = [await serving.enter_async_context(door(core, authenticator)) for door in doors]

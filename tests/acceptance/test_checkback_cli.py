@@ -33,7 +33,7 @@ def invoke(database_url: str, *args: str) -> Outcome:
 def discarded(database_url: str, db: psycopg.Connection) -> SendResult:
     async def seed() -> SendResult:
         async with Coordinator.connect(database_url) as core:
-            return await core.prepare(half())
+            return await core.transactions.prepare(half())
 
     sent = asyncio.run(seed())
     # as the engine leaves a message that used its check budget

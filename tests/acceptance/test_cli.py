@@ -32,9 +32,9 @@ def committed(database_url: str) -> SendResult:
 
     async def seed() -> SendResult:
         async with Coordinator.connect(database_url) as core:
-            sent = await core.prepare(half(tags="created", keys=("order-1001",)))
-            await core.end(end(sent.transaction_id, Resolution.COMMIT))
-            await core.prepare(half(topic="payments"))
+            sent = await core.transactions.prepare(half(tags="created", keys=("order-1001",)))
+            await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT))
+            await core.transactions.prepare(half(topic="payments"))
             return sent
 
     return asyncio.run(seed())

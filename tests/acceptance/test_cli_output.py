@@ -40,8 +40,10 @@ def seeded(database_url: str) -> Seeded:
         async with Coordinator.connect(database_url) as core:
             await core.checkback.heartbeat(PRODUCERS, INSTANCE, "http://10.0.0.7:9000/check")
             await core.delivery.subscribe(CONSUMERS, "orders", "created", max_delivery_attempts=1)
-            sent = await core.prepare(half(producer_group=PRODUCERS, tags="created"))
-            await core.end(end(sent.transaction_id, Resolution.COMMIT, group=PRODUCERS))
+            sent = await core.transactions.prepare(half(producer_group=PRODUCERS, tags="created"))
+            await core.transactions.end(
+                end(sent.transaction_id, Resolution.COMMIT, group=PRODUCERS)
+            )
             await core.delivery.receive(CONSUMERS, max_messages=10, invisible_seconds=0.05)
             await asyncio.sleep(0.1)
             assert await core.delivery.receive(CONSUMERS) == []

@@ -34,7 +34,7 @@ def dead_letters(database_url: str) -> list[DeadLetter]:
         async with Coordinator.connect(database_url) as core:
             for topic in (TOPIC, "payments"):
                 await core.delivery.subscribe(CONSUMERS, topic, "created", max_delivery_attempts=1)
-            await core.send_batch(
+            await core.transactions.send_batch(
                 [
                     half(body=b"poison 1", tags="created"),
                     half(body=b"poison 2", tags="created"),
@@ -44,7 +44,7 @@ def dead_letters(database_url: str) -> list[DeadLetter]:
             await core.delivery.receive(CONSUMERS, max_messages=10, invisible_seconds=0.05)
             await asyncio.sleep(0.1)
             assert await core.delivery.receive(CONSUMERS) == []
-            await core.send(half(body=b"pending", tags="created"))
+            await core.transactions.send(half(body=b"pending", tags="created"))
             return await core.delivery.dead_letters(CONSUMERS)
 
     return asyncio.run(seed())

@@ -174,6 +174,29 @@ def test_the_recovery_duration_becomes_check_immunity_capped_at_an_hour(
     assert rows[long.system_properties.message_id] == 3600
 
 
+def test_the_check_immunity_user_property_is_honoured_below_the_recovery_duration(
+    door: GrpcDoor, db: psycopg.Connection
+) -> None:
+    by_property = message(TOPIC, kind=d.TRANSACTION)
+    by_property.user_properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] = "120"
+    both = message(TOPIC, kind=d.TRANSACTION)
+    both.user_properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] = "120"
+    both.system_properties.orphaned_transaction_recovery_duration.FromSeconds(90)
+    for sent in (by_property, both):
+        assert door.send(sent).status.code == OK
+    rows = dict(
+        db.execute("SELECT message_id, extract(epoch FROM check_immunity) FROM messages").fetchall()
+    )
+    assert rows[by_property.system_properties.message_id] == 120
+    assert rows[both.system_properties.message_id] == 90  # as the proxy: the duration wins
+    bad = message(TOPIC, kind=d.TRANSACTION)
+    bad.user_properties["CHECK_IMMUNITY_TIME_IN_SECONDS"] = "soon"
+    answer = door.send(bad)
+    assert answer.status.code == code("BAD_REQUEST")
+    assert "CHECK_IMMUNITY_TIME_IN_SECONDS" in answer.status.message
+    assert _count(db) == 2
+
+
 @pytest.mark.parametrize(
     ("build", "expected", "words"),
     [

@@ -287,3 +287,47 @@ def test_hot_routes_check_what_fastapi_would(database_url: str) -> None:
         assert http.get("/v1/transactions").status_code == 405  # passed on to FastAPI
         sent = http.post("/v1/messages", json={"topic": TOPIC, "body_text": "ok"})
         assert sent.status_code == 201 and sent.json()["state"] == "committed"
+
+
+# The default retention (72 h) less one default check interval (60 s).
+LONGEST_IMMUNITY = 72 * 3600 - 60
+
+
+def test_check_immunity_leaves_one_check_interval_before_expiry(
+    http: httpx.Client, db: psycopg.Connection
+) -> None:
+    at_bound = http.post("/v1/transactions", json=_half(check_immunity_seconds=LONGEST_IMMUNITY))
+    assert at_bound.status_code == 201, at_bound.text
+    over = http.post("/v1/transactions", json=_half(check_immunity_seconds=LONGEST_IMMUNITY + 1))
+    assert over.status_code == 400
+    assert over.json()["error"] == "invalid_request"
+    assert f"at most {LONGEST_IMMUNITY} s" in over.json()["message"]
+    assert db.execute("SELECT count(*) FROM messages").fetchone() == (1,)
+
+
+@pytest.mark.parametrize(
+    ("value", "status", "immunity"),
+    [("90", 201, 90), (str(LONGEST_IMMUNITY), 201, LONGEST_IMMUNITY), ("soon", 400, None)],
+)
+def test_the_check_immunity_property_is_the_messages_immunity(
+    http: httpx.Client, db: psycopg.Connection, value: str, status: int, immunity: int | None
+) -> None:
+    properties = {"CHECK_IMMUNITY_TIME_IN_SECONDS": value}
+    sent = http.post("/v1/transactions", json=_half(properties=properties))
+    assert sent.status_code == status, sent.text
+    if immunity is None:
+        assert "CHECK_IMMUNITY_TIME_IN_SECONDS" in sent.json()["message"]
+        return
+    stored = http.get(f"/v1/transactions/{sent.json()['transaction_id']}").json()
+    assert stored["check_immunity_seconds"] == immunity
+    assert stored["properties"] == properties
+
+
+def test_the_check_immunity_field_wins_over_the_property(http: httpx.Client) -> None:
+    properties = {"CHECK_IMMUNITY_TIME_IN_SECONDS": str(LONGEST_IMMUNITY + 1)}
+    sent = http.post(
+        "/v1/transactions", json=_half(check_immunity_seconds=30, properties=properties)
+    )
+    assert sent.status_code == 201, sent.text
+    stored = http.get(f"/v1/transactions/{sent.json()['transaction_id']}").json()
+    assert stored["check_immunity_seconds"] == 30

@@ -112,9 +112,7 @@ def test_every_way_a_half_message_is_resolved_is_counted_and_timed(
     )
     assert ended.status_code == 200, ended.text
     half = door.send(message(TOPIC, b"over grpc", kind=d.TRANSACTION)).entries[0]
-    assert door.call("EndTransaction", end_request(TOPIC, half, d.COMMIT)).status.code == code(
-        "OK"
-    )
+    assert door.call("EndTransaction", end_request(TOPIC, half, d.COMMIT)).status.code == code("OK")
 
     # a pulling producer answers its check-backs: commit, then unknown for another
     instance = "/v1/producers/by-pull/instances/i-1"

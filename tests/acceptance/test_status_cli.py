@@ -57,7 +57,9 @@ def _commit_oldest(database_url: str) -> str:
     async def run() -> str:
         async with Coordinator.connect(database_url, overview_settings()) as core:
             oldest = (await core.overview.read(minutes=1)).oldest[0]
-            await core.end(end(oldest.transaction_id, Resolution.COMMIT, group=ORDER_SVC))
+            await core.transactions.end(
+                end(oldest.transaction_id, Resolution.COMMIT, group=ORDER_SVC)
+            )
             return oldest.transaction_id
 
     return asyncio.run(run())

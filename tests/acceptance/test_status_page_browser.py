@@ -141,7 +141,7 @@ def test_the_page_shows_what_the_database_holds_and_follows_it(
     _core_call(
         database_url,
         settings,
-        lambda core: core.end(end(oldest, Resolution.COMMIT, group=ORDER_SVC)),
+        lambda core: core.transactions.end(end(oldest, Resolution.COMMIT, group=ORDER_SVC)),
     )
     _core_call(database_url, settings, lambda core: core.checkback.heartbeat(PAYMENT_SVC, INSTANCE))
     after = expected_figures(db)

@@ -41,7 +41,7 @@ async def test_a_pulled_check_request_carries_the_whole_message(
 ) -> None:
     await core.checkback.heartbeat(GROUP, INSTANCE)
     body = bytes(range(256))
-    sent = await core.prepare(
+    sent = await core.transactions.prepare(
         half(
             body=body,
             tags="created",
@@ -73,7 +73,7 @@ async def test_a_pulled_check_request_carries_the_whole_message(
     assert await core.checkback.poll(GROUP, INSTANCE) == []  # handed over once
 
     # the producer answers by ending the transaction from the check
-    await core.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
+    await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
     row = message(db, sent.offset)
     assert (row["state"], row["resolution_source"]) == ("committed", "check")
     assert history(db, sent.offset)[-1][:3] == ("check", "prepared", "committed")
@@ -89,7 +89,7 @@ async def test_a_waiting_long_poll_is_woken_by_the_round(
         Coordinator.connect(database_url, settings) as node_b,
     ):
         await node_a.checkback.heartbeat(GROUP, INSTANCE)
-        sent = await node_a.prepare(half())
+        sent = await node_a.transactions.prepare(half())
         waiting = asyncio.create_task(node_a.checkback.poll(GROUP, INSTANCE, wait_seconds=25))
         await asyncio.sleep(0.3)
         assert not waiting.done()
@@ -104,7 +104,7 @@ async def test_without_notifications_a_long_poll_falls_back_to_polling(
 ) -> None:
     assert core.notifier is None
     await core.checkback.heartbeat(GROUP, INSTANCE)
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     waiting = asyncio.create_task(core.checkback.poll(GROUP, INSTANCE, wait_seconds=25))
     make_due(db, sent.offset)
     await core.checkback.run_round()
@@ -125,7 +125,7 @@ async def test_check_requests_are_spread_over_the_live_instances(
     instances = ["producer-a", "producer-b", "producer-c"]
     for instance in instances:
         await core.checkback.heartbeat(GROUP, instance)
-    sent = await core.prepare_batch([half(body=f"m{i}".encode()) for i in range(30)])
+    sent = await core.transactions.prepare_batch([half(body=f"m{i}".encode()) for i in range(30)])
     make_due(db, *(s.offset for s in sent))
     await core.checkback.run_round()
 
@@ -140,7 +140,7 @@ async def test_the_next_check_of_a_message_goes_to_another_instance(
 ) -> None:
     for instance in ("producer-a", "producer-b"):
         await core.checkback.heartbeat(GROUP, instance)
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     addressed = []
     for _ in range(3):  # check_max
         make_due(db, sent.offset)
@@ -153,7 +153,7 @@ async def test_a_dead_instance_is_replaced_by_another_of_its_group(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     await core.checkback.heartbeat(GROUP, "first")
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     make_due(db, sent.offset)
     await core.checkback.run_round()
     assert check_request(db, sent.offset)["instance_id"] == "first"
@@ -166,7 +166,7 @@ async def test_a_dead_instance_is_replaced_by_another_of_its_group(
     assert await core.checkback.poll(GROUP, "first") == []
     (request,) = await core.checkback.poll(GROUP, "second")
     assert request.check_count == 2
-    await core.end(end(request.transaction_id, Resolution.ROLLBACK, from_check=True))
+    await core.transactions.end(end(request.transaction_id, Resolution.ROLLBACK, from_check=True))
     assert message(db, sent.offset)["state"] == "rolled_back"
 
 
@@ -176,7 +176,7 @@ async def test_a_cleanly_stopped_instance_gets_no_more_checks(
     await core.checkback.heartbeat(GROUP, INSTANCE)
     assert await core.checkback.leave(GROUP, INSTANCE) is True
     assert await core.checkback.leave(GROUP, INSTANCE) is False
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     make_due(db, sent.offset)
     assert len((await core.checkback.run_round()).waiting) == 1
 
@@ -190,7 +190,7 @@ async def test_a_push_answer_resolves_the_transaction(
 ) -> None:
     with PushReceiver(lambda _: (200, {"resolution": answer})) as receiver:
         await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
-        sent = await core.prepare(half(tags="created"))
+        sent = await core.transactions.prepare(half(tags="created"))
         make_due(db, sent.offset)
         result = await settled_round(core.checkback)
 
@@ -213,13 +213,13 @@ async def test_a_push_without_an_answer_leaves_the_end_to_the_producer(
 ) -> None:
     with PushReceiver(lambda _: reply) as receiver:
         await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
-        sent = await core.prepare(half())
+        sent = await core.transactions.prepare(half())
         make_due(db, sent.offset)
         result = await settled_round(core.checkback)
     assert (result.pushed, result.resolved_by_push) == (1, 0)
     assert message(db, sent.offset)["state"] == "prepared"
     assert check_request(db, sent.offset)["status"] == CheckStatus.DELIVERED
-    await core.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
+    await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
     assert message(db, sent.offset)["resolution_source"] == "check"
 
 
@@ -234,7 +234,7 @@ async def test_a_failed_push_waits_for_the_next_check(
 
     with PushReceiver(flaky) as receiver:
         await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
-        sent = await core.prepare(half())
+        sent = await core.transactions.prepare(half())
         make_due(db, sent.offset)
         result = await settled_round(core.checkback)
         assert (result.pushed, result.push_failures) == (0, 1)
@@ -256,7 +256,7 @@ async def test_an_unreachable_check_url_is_a_failed_push(
         url = receiver.url
     # the receiver is gone: connection refused
     await core.checkback.heartbeat(GROUP, INSTANCE, url)
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     make_due(db, sent.offset)
     result = await settled_round(core.checkback)
     assert result.push_failures == 1
@@ -274,7 +274,7 @@ async def test_a_check_url_resolving_to_a_forbidden_address_is_not_pushed(
         "WHERE instance_id = %s",
         (INSTANCE,),
     )
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     make_due(db, sent.offset)
     result = await settled_round(core.checkback)
     assert (result.pushed, result.push_failures) == (0, 1)
@@ -293,11 +293,11 @@ async def test_a_push_answer_for_an_already_resolved_message_changes_nothing(
     sent_holder: list = []
 
     async def resolve_first() -> None:
-        await core.end(end(sent_holder[0].transaction_id, Resolution.ROLLBACK))
+        await core.transactions.end(end(sent_holder[0].transaction_id, Resolution.ROLLBACK))
 
     with PushReceiver(lambda _: (200, {"resolution": "commit"})) as receiver:
         await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
-        sent = await core.prepare(half())
+        sent = await core.transactions.prepare(half())
         sent_holder.append(sent)
         make_due(db, sent.offset)
         claimed = await core.checkback.claim()
@@ -313,7 +313,7 @@ async def test_pushes_are_unsigned_without_a_secret(
     async with Coordinator.connect(database_url, check_settings()) as core:
         with PushReceiver() as receiver:
             await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
-            sent = await core.prepare(half())
+            sent = await core.transactions.prepare(half())
             make_due(db, sent.offset)
             await settled_round(core.checkback)
     (pushed,) = receiver.received

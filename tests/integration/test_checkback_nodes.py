@@ -54,7 +54,9 @@ async def nodes(database_url: str, settings: Settings) -> AsyncIterator[list[Coo
 
 
 async def _backlog(node: Coordinator, db: psycopg.Connection) -> list[int]:
-    sent = await node.prepare_batch([half(body=f"m{i}".encode()) for i in range(MESSAGES)])
+    sent = await node.transactions.prepare_batch(
+        [half(body=f"m{i}".encode()) for i in range(MESSAGES)]
+    )
     offsets = [s.offset for s in sent]
     make_due(db, *offsets)
     return offsets
@@ -110,7 +112,7 @@ async def _kill_one_node_mid_round(nodes: list[Coordinator], db: psycopg.Connect
     doomed, *survivors = nodes
     with PushReceiver() as receiver:
         await doomed.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
-        sent = await doomed.prepare(half())
+        sent = await doomed.transactions.prepare(half())
         make_due(db, sent.offset)
 
         claimed = await doomed.checkback.claim()  # ... and the node dies before pushing
@@ -142,7 +144,7 @@ async def test_a_restarted_node_does_not_repeat_checks(
     settings.check_interval_seconds = 3600.0
     async with Coordinator.connect(database_url, settings) as before:
         await before.checkback.heartbeat(GROUP, INSTANCE)
-        sent = await before.prepare(half())
+        sent = await before.transactions.prepare(half())
         make_due(db, sent.offset)
         assert len((await before.checkback.run_round()).checked) == 1
     async with Coordinator.connect(database_url, settings) as after:

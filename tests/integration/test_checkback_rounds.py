@@ -41,8 +41,8 @@ async def test_the_first_check_waits_for_the_timeout_or_the_immunity(
     settings = check_settings(transaction_timeout_seconds=0.6, check_interval_seconds=60)
     async with Coordinator.connect(database_url, settings) as core:
         await core.checkback.heartbeat(GROUP, INSTANCE)
-        plain = await core.prepare(half())
-        immune = await core.prepare(half(body=b"immune", check_immunity_seconds=1.5))
+        plain = await core.transactions.prepare(half())
+        immune = await core.transactions.prepare(half(body=b"immune", check_immunity_seconds=1.5))
 
         first = await core.checkback.run_round()
         assert first.claimed == 0  # nothing is due right after sending
@@ -63,7 +63,7 @@ async def test_later_checks_come_every_check_interval(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     await core.checkback.heartbeat(GROUP, INSTANCE)
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     claimed_at = []
     for count in (1, 2, 3):
         await eventually(
@@ -93,7 +93,7 @@ async def test_backoff_spaces_checks_exponentially_up_to_a_cap(
     )
     async with Coordinator.connect(database_url, settings) as core:
         await core.checkback.heartbeat(GROUP, INSTANCE)
-        sent = await core.prepare(half())
+        sent = await core.transactions.prepare(half())
         gaps = []
         for _ in range(5):
             make_due(db, sent.offset)
@@ -107,7 +107,7 @@ async def test_a_message_that_used_its_budget_is_discarded(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     await core.checkback.heartbeat(GROUP, INSTANCE)
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     for _ in range(3):  # check_max = 3
         make_due(db, sent.offset)
         assert len((await core.checkback.run_round()).checked) == 1
@@ -132,7 +132,7 @@ async def test_a_message_that_used_its_budget_is_discarded(
     )
     assert check_request(db, sent.offset) is None  # nothing left open for it
     # kept for inspection
-    record = await core.get_message(offset=sent.offset)
+    record = await core.inspection.get_message(offset=sent.offset)
     assert record.state.value == "discarded"
 
 
@@ -140,7 +140,7 @@ async def test_a_message_older_than_retention_expires(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     await core.checkback.heartbeat(GROUP, INSTANCE)
-    old = await core.prepare(half())
+    old = await core.transactions.prepare(half())
     db.execute(
         "UPDATE messages SET born_at = now() - interval '73 hours', next_check_at = now() "
         "WHERE id = %s",
@@ -163,7 +163,7 @@ async def test_the_next_check_is_never_planned_after_the_message_expires(
 ) -> None:
     """Nearly expired: its next check is at the moment it expires, not an interval later."""
     await core.checkback.heartbeat(GROUP, INSTANCE)
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     db.execute(
         "UPDATE messages SET born_at = now() - interval '72 hours' + interval '0.1 seconds', "
         "next_check_at = now() WHERE id = %s",
@@ -181,11 +181,11 @@ async def test_resolved_messages_are_never_checked(
 ) -> None:
     """RocketMQ #1517, #6737: no check-back for a message that already has its answer."""
     await core.checkback.heartbeat(GROUP, INSTANCE)
-    committed, rolled_back, pending = await core.prepare_batch(
+    committed, rolled_back, pending = await core.transactions.prepare_batch(
         [half(body=f"m{i}".encode()) for i in range(3)]
     )
-    await core.end(end(committed.transaction_id, Resolution.COMMIT))
-    await core.end(end(rolled_back.transaction_id, Resolution.ROLLBACK))
+    await core.transactions.end(end(committed.transaction_id, Resolution.COMMIT))
+    await core.transactions.end(end(rolled_back.transaction_id, Resolution.ROLLBACK))
     # even with a due time forced onto them, resolved rows are not claimed
     make_due(db, committed.offset, rolled_back.offset, pending.offset)
     result = await core.checkback.run_round()
@@ -199,11 +199,11 @@ async def test_a_message_resolved_after_its_check_was_claimed_is_not_handed_out(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     await core.checkback.heartbeat(GROUP, INSTANCE)
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     make_due(db, sent.offset)
     await core.checkback.run_round()
     assert check_request(db, sent.offset)["status"] == CheckStatus.PENDING
-    await core.end(end(sent.transaction_id, Resolution.COMMIT))
+    await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT))
     assert check_request(db, sent.offset) is None  # closed with the message
     assert await core.checkback.poll(GROUP, INSTANCE) == []
 
@@ -211,7 +211,7 @@ async def test_a_message_resolved_after_its_check_was_claimed_is_not_handed_out(
 async def test_without_a_live_producer_the_budget_is_not_burned(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     for attempt in (1, 2, 3, 4, 5):  # more than check_max
         make_due(db, sent.offset)
         result = await core.checkback.run_round()
@@ -236,7 +236,7 @@ async def test_a_producer_coming_back_is_checked_with_at_once(
 ) -> None:
     """Messages that waited for a producer do not wait another interval once one is live."""
     settings.check_interval_seconds = 3600.0
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     make_due(db, sent.offset)
     assert len((await core.checkback.run_round()).waiting) == 1
     assert len((await core.checkback.run_round()).waiting) == 0  # next check in an hour
@@ -253,14 +253,14 @@ async def test_the_engine_keeps_one_check_request_per_pending_message(
 ) -> None:
     """RocketMQ #1544: nothing grows with the number of checks."""
     await core.checkback.heartbeat(GROUP, INSTANCE)
-    sent = await core.prepare_batch([half(body=f"m{i}".encode()) for i in range(5)])
+    sent = await core.transactions.prepare_batch([half(body=f"m{i}".encode()) for i in range(5)])
     offsets = [s.offset for s in sent]
     for _ in range(3):
         make_due(db, *offsets)
         await core.checkback.run_round()
     assert db.execute("SELECT count(*) FROM check_requests").fetchone() == (5,)
     for s in sent[:3]:
-        await core.end(end(s.transaction_id, Resolution.ROLLBACK))
+        await core.transactions.end(end(s.transaction_id, Resolution.ROLLBACK))
     assert db.execute("SELECT count(*) FROM check_requests").fetchone() == (2,)
     assert db.execute("SELECT count(*) FROM message_history").fetchone() == (5 + 3,)
 

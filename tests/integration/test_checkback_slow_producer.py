@@ -51,8 +51,8 @@ async def test_a_hanging_check_url_does_not_delay_other_producers(
         with SilentCheckUrl() as silent, PushReceiver(lambda _: answer) as fast:
             await core.checkback.heartbeat(SLOW_GROUP, INSTANCE, silent.url)
             await core.checkback.heartbeat(GROUP, INSTANCE, fast.url)
-            slow = await core.prepare(half(producer_group=SLOW_GROUP))
-            first = await core.prepare(half())
+            slow = await core.transactions.prepare(half(producer_group=SLOW_GROUP))
+            first = await core.transactions.prepare(half())
             make_due(db, slow.offset, first.offset)
 
             scheduler = CheckScheduler(core.checkback.run_round, interval_seconds=0.1)
@@ -64,7 +64,7 @@ async def test_a_hanging_check_url_does_not_delay_other_producers(
                     lambda: _state(db, first.offset) == "committed",
                 )
                 # A message due after the slow push started: later rounds take it.
-                second = await core.prepare(half(body=b"order 1002 created"))
+                second = await core.transactions.prepare(half(body=b"order 1002 created"))
                 make_due(db, second.offset)
                 await _until(
                     "the second fast message is resolved",
@@ -95,7 +95,7 @@ async def test_a_push_that_times_out_is_a_failed_check_and_the_next_check_follow
     async with Coordinator.connect(database_url, settings) as core:
         with SilentCheckUrl() as silent:
             await core.checkback.heartbeat(SLOW_GROUP, INSTANCE, silent.url)
-            slow = await core.prepare(half(producer_group=SLOW_GROUP))
+            slow = await core.transactions.prepare(half(producer_group=SLOW_GROUP))
             make_due(db, slow.offset)
             first = await core.checkback.run_round()
             assert first.handed_to_push == 1
@@ -126,7 +126,7 @@ async def test_a_stopping_node_cuts_a_hanging_push_short_and_records_why(
     with SilentCheckUrl() as silent:
         async with Coordinator.connect(database_url, settings) as core:
             await core.checkback.heartbeat(SLOW_GROUP, INSTANCE, silent.url)
-            slow = await core.prepare(half(producer_group=SLOW_GROUP))
+            slow = await core.transactions.prepare(half(producer_group=SLOW_GROUP))
             make_due(db, slow.offset)
             await core.checkback.run_round()
             await _until("the push is sent", lambda: silent.connections == 1)

@@ -199,13 +199,17 @@ class CoreMachine(RuleBasedStateMachine):
         transactional = drafts[0].kind is MessageKind.TRANSACTIONAL
         if batch:
             call = (
-                self.core.prepare_batch(messages)
+                self.core.transactions.prepare_batch(messages)
                 if transactional
-                else self.core.send_batch(messages)
+                else self.core.transactions.send_batch(messages)
             )
         else:
             (message,) = messages
-            call = self.core.prepare(message) if transactional else self.core.send(message)
+            call = (
+                self.core.transactions.prepare(message)
+                if transactional
+                else self.core.transactions.send(message)
+            )
         outcome = self.attempt(call)
         refused = [e for e in expected if isinstance(e, Refused)]
         if refused:
@@ -307,7 +311,7 @@ class CoreMachine(RuleBasedStateMachine):
         )
         note(f"end {request}: expect {want}")
         self.model.apply([transition] if transition else [])
-        self._expect_end(want, self.attempt(self.core.end(request)))
+        self._expect_end(want, self.attempt(self.core.transactions.end(request)))
 
     @rule(
         pick=PICK,
@@ -359,7 +363,7 @@ class CoreMachine(RuleBasedStateMachine):
         ]
         note(f"end batch {list(requests.values())}: expect {[want for want, _ in plans]}")
         self.model.apply([t for _, t in plans if t is not None])
-        outcomes = self.run(self.core.end_batch(list(requests.values())))
+        outcomes = self.run(self.core.transactions.end_batch(list(requests.values())))
         assert len(outcomes) == len(plans)
         for (want, _), got in zip(plans, outcomes, strict=True):
             self._expect_end(want, got)
@@ -593,7 +597,7 @@ class CoreMachine(RuleBasedStateMachine):
             "message_id": message.message_id,
             "transaction_id": message.transaction_id,
         }
-        record = self.run(self.core.get_message(**{by: key[by]}))
+        record = self.run(self.core.inspection.get_message(**{by: key[by]}))
         assert (record.offset, record.state, record.check_count, record.resolution_source) == (
             message.offset,
             message.state,
@@ -610,7 +614,7 @@ class CoreMachine(RuleBasedStateMachine):
     def _status_and_lag(self) -> None:
 
         async def read() -> tuple[Status, list[ConsumerLag]]:
-            return await self.core.status(), await self.core.delivery.lag()
+            return await self.core.inspection.status(), await self.core.delivery.lag()
 
         status, lag = self.run(read())
         assert Counter(

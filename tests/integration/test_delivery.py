@@ -31,8 +31,8 @@ COMMIT_BY_HAND = (
 
 
 async def commit(core: Coordinator, body: bytes = b"order", **fields: object) -> int:
-    sent = await core.prepare(half(body=body, **fields))
-    await core.end(end(sent.transaction_id, Resolution.COMMIT))
+    sent = await core.transactions.prepare(half(body=body, **fields))
+    await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT))
     return sent.offset
 
 
@@ -72,7 +72,7 @@ async def test_a_committed_message_is_receivable_with_all_its_fields(
     subscribed: Coordinator,
 ) -> None:
     core = subscribed
-    sent = await core.prepare(
+    sent = await core.transactions.prepare(
         half(
             body=b"order 1001 created",
             tags="created",
@@ -81,7 +81,7 @@ async def test_a_committed_message_is_receivable_with_all_its_fields(
         )
     )
     assert await receive(core) == []  # prepared: invisible to consumers
-    await core.end(end(sent.transaction_id, Resolution.COMMIT))
+    await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT))
 
     (message,) = await receive(core)
     assert message.offset == sent.offset and message.message_id == sent.message_id
@@ -100,8 +100,8 @@ async def test_rolled_back_and_unresolved_messages_are_never_delivered(
     subscribed: Coordinator, db: psycopg.Connection, resolution: Resolution
 ) -> None:
     core = subscribed
-    sent = await core.prepare(half())
-    await core.end(end(sent.transaction_id, resolution))
+    sent = await core.transactions.prepare(half())
+    await core.transactions.end(end(sent.transaction_id, resolution))
     assert await receive(core) == []
     assert deliveries(db) == 0
 
@@ -110,7 +110,7 @@ async def test_rolled_back_and_unresolved_messages_are_never_delivered(
 async def test_messages_ending_in_other_states_are_never_delivered(
     subscribed: Coordinator, db: psycopg.Connection, state: str
 ) -> None:
-    sent = await subscribed.prepare(half())
+    sent = await subscribed.transactions.prepare(half())
     db.execute(
         "UPDATE messages SET state = %s, resolved_at = now(), resolution_source = 'expiry' "
         "WHERE id = %s",
@@ -124,7 +124,7 @@ async def test_any_update_to_committed_fans_out_in_the_same_transaction(
     subscribed: Coordinator, db: psycopg.Connection, database_url: str
 ) -> None:
     """The trigger path: an operator's hand-written UPDATE delivers too."""
-    sent = await subscribed.prepare(half(body=b"by hand"))
+    sent = await subscribed.transactions.prepare(half(body=b"by hand"))
     with psycopg.connect(database_url) as conn:
         conn.execute(COMMIT_BY_HAND, (sent.offset,))
         # inside the committing transaction the delivery already exists ...
@@ -141,7 +141,7 @@ async def test_any_update_to_committed_fans_out_in_the_same_transaction(
 async def test_a_rolled_back_commit_delivers_nothing(
     subscribed: Coordinator, db: psycopg.Connection, database_url: str
 ) -> None:
-    sent = await subscribed.prepare(half())
+    sent = await subscribed.transactions.prepare(half())
     with psycopg.connect(database_url) as conn:
         conn.execute(
             "UPDATE messages SET state = 'committed', resolved_at = now() WHERE id = %s",
@@ -153,8 +153,10 @@ async def test_a_rolled_back_commit_delivers_nothing(
 
 
 async def test_normal_messages_are_delivered(subscribed: Coordinator) -> None:
-    await subscribed.send(NewMessage(topic=TOPIC, body=b"one"))
-    await subscribed.send_batch([NewMessage(topic=TOPIC, body=b"two"), half(body=b"three")])
+    await subscribed.transactions.send(NewMessage(topic=TOPIC, body=b"one"))
+    await subscribed.transactions.send_batch(
+        [NewMessage(topic=TOPIC, body=b"two"), half(body=b"three")]
+    )
     assert sorted(bodies(await receive(subscribed))) == [b"one", b"three", b"two"]
 
 
@@ -183,7 +185,9 @@ async def test_competing_consumers_never_share_an_in_flight_message(
     subscribed: Coordinator,
 ) -> None:
     core = subscribed
-    await core.send_batch([NewMessage(topic=TOPIC, body=f"m{i}".encode()) for i in range(60)])
+    await core.transactions.send_batch(
+        [NewMessage(topic=TOPIC, body=f"m{i}".encode()) for i in range(60)]
+    )
 
     async def consumer() -> list[int]:
         mine: list[int] = []
@@ -444,9 +448,9 @@ async def test_concurrent_commits_of_one_fifo_message_group_take_turns(
     """Delivery ids of a message group follow commit order: the second commit
     waits for the first, so a lower id can never appear after a higher one."""
     await core.delivery.subscribe(GROUP, TOPIC, fifo=True)
-    first = await core.prepare(half(body=b"first", message_group="order-1"))
-    second = await core.prepare(half(body=b"second", message_group="order-1"))
-    other = await core.prepare(half(body=b"other", message_group="order-2"))
+    first = await core.transactions.prepare(half(body=b"first", message_group="order-1"))
+    second = await core.transactions.prepare(half(body=b"second", message_group="order-1"))
+    other = await core.transactions.prepare(half(body=b"other", message_group="order-2"))
     commit_sql = "UPDATE messages SET state = 'committed', resolved_at = now() WHERE id = %s"
     with psycopg.connect(database_url) as one, psycopg.connect(database_url) as two:
         one.execute(commit_sql, (first.offset,))  # not committed yet
@@ -523,7 +527,7 @@ async def test_unsubscribing_while_a_commit_fans_out_leaves_no_delivery_behind(
     """The unsubscribe waits for the commit that is fanning out to the
     subscription, then removes what it fanned out: no delivery outlives its
     subscription (as when deliveries had a foreign key to it)."""
-    sent = await subscribed.prepare(half(body=b"racing"))
+    sent = await subscribed.transactions.prepare(half(body=b"racing"))
     with psycopg.connect(database_url) as committing:
         committing.execute(COMMIT_BY_HAND, (sent.offset,))
         unsubscribe = asyncio.create_task(subscribed.delivery.unsubscribe(GROUP, TOPIC))
@@ -592,7 +596,7 @@ async def test_a_long_poll_is_woken_by_a_commit_in_another_connection(
     await core.delivery.subscribe(GROUP, TOPIC)
     # Never poll again on its own within this test: only a notification wakes it.
     core.delivery.poll_interval_seconds = 3600
-    sent = await core.prepare(half(body=b"woken"))
+    sent = await core.transactions.prepare(half(body=b"woken"))
     waiting = asyncio.create_task(receive(core, wait_seconds=60))
     await asyncio.sleep(0.3)
     assert not waiting.done()

@@ -38,8 +38,8 @@ def _history(db: psycopg.Connection, offset: int) -> list[tuple]:
 async def test_commit_and_rollback_resolve_a_prepared_message(
     core: Coordinator, db: psycopg.Connection, resolution: Resolution, state: str
 ) -> None:
-    sent = await core.prepare(half())
-    result = await core.end(end(sent.transaction_id, resolution))
+    sent = await core.transactions.prepare(half())
+    result = await core.transactions.end(end(sent.transaction_id, resolution))
 
     assert result.changed is True and result.state.value == state
     assert result.offset == sent.offset and result.message_id == sent.message_id
@@ -51,9 +51,9 @@ async def test_commit_and_rollback_resolve_a_prepared_message(
 
 
 async def test_unknown_changes_nothing(core: Coordinator, db: psycopg.Connection) -> None:
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     before = _state(db, sent.offset)
-    result = await core.end(end(sent.transaction_id, Resolution.UNKNOWN))
+    result = await core.transactions.end(end(sent.transaction_id, Resolution.UNKNOWN))
 
     assert result.changed is False and result.state is MessageState.PREPARED
     assert _state(db, sent.offset) == before
@@ -63,8 +63,8 @@ async def test_unknown_changes_nothing(core: Coordinator, db: psycopg.Connection
 async def test_an_answer_to_a_check_back_is_recorded_as_such(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    sent = await core.prepare(half())
-    await core.end(end(sent.transaction_id, Resolution.ROLLBACK, from_check=True))
+    sent = await core.transactions.prepare(half())
+    await core.transactions.end(end(sent.transaction_id, Resolution.ROLLBACK, from_check=True))
     assert _state(db, sent.offset)[:2] == ("rolled_back", "check")
     assert _history(db, sent.offset)[-1] == ("check", "prepared", "rolled_back")
 
@@ -74,9 +74,9 @@ async def test_repeating_a_resolution_is_an_idempotent_success(
     core: Coordinator, db: psycopg.Connection, resolution: Resolution
 ) -> None:
     """RocketMQ #5574: a duplicate END_TRANSACTION must not make a second copy."""
-    sent = await core.prepare(half())
-    first = await core.end(end(sent.transaction_id, resolution))
-    again = await core.end(end(sent.transaction_id, resolution, from_check=True))
+    sent = await core.transactions.prepare(half())
+    first = await core.transactions.end(end(sent.transaction_id, resolution))
+    again = await core.transactions.end(end(sent.transaction_id, resolution, from_check=True))
 
     assert first.changed is True and again.changed is False
     assert again.state is first.state
@@ -99,55 +99,61 @@ async def test_the_opposite_resolution_is_refused(
     stays: str,
 ) -> None:
     """RocketMQ #8158: a commit after a (check-back) rollback must never land."""
-    sent = await core.prepare(half())
-    await core.end(end(sent.transaction_id, first, from_check=True))
+    sent = await core.transactions.prepare(half())
+    await core.transactions.end(end(sent.transaction_id, first, from_check=True))
     with pytest.raises(StateConflict) as refused:
-        await core.end(end(sent.transaction_id, second))
+        await core.transactions.end(end(sent.transaction_id, second))
     assert refused.value.current_state == stays
     assert _state(db, sent.offset)[0] == stays
     assert len(_history(db, sent.offset)) == 2
 
 
 async def test_another_producer_group_is_refused(core: Coordinator, db: psycopg.Connection) -> None:
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     for resolution in Resolution:
         with pytest.raises(ProducerGroupMismatch):
-            await core.end(end(sent.transaction_id, resolution, group="someone-else"))
+            await core.transactions.end(end(sent.transaction_id, resolution, group="someone-else"))
     assert _state(db, sent.offset)[0] == "prepared"
     # also once resolved: a wrong group never gets a success answer
-    await core.end(end(sent.transaction_id, Resolution.COMMIT))
+    await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT))
     with pytest.raises(ProducerGroupMismatch):
-        await core.end(end(sent.transaction_id, Resolution.COMMIT, group="someone-else"))
+        await core.transactions.end(
+            end(sent.transaction_id, Resolution.COMMIT, group="someone-else")
+        )
 
 
 async def test_unknown_transactions_and_mismatched_message_ids_are_not_found(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     for resolution in Resolution:
         with pytest.raises(NotFound):
-            await core.end(end("0" * 32, resolution))
+            await core.transactions.end(end("0" * 32, resolution))
         with pytest.raises(NotFound):
-            await core.end(end(sent.transaction_id, resolution, message_id="NOT-THIS-ONE"))
+            await core.transactions.end(
+                end(sent.transaction_id, resolution, message_id="NOT-THIS-ONE")
+            )
     assert _state(db, sent.offset)[0] == "prepared"
-    ok = await core.end(end(sent.transaction_id, Resolution.COMMIT, message_id=sent.message_id))
+    ok = await core.transactions.end(
+        end(sent.transaction_id, Resolution.COMMIT, message_id=sent.message_id)
+    )
     assert ok.changed
 
 
 async def test_normal_messages_have_no_transaction_to_end(core: Coordinator) -> None:
-    sent = await core.send(half())
+    sent = await core.transactions.send(half())
     with pytest.raises(NotFound):
-        await core.end(end(sent.message_id, Resolution.ROLLBACK))
+        await core.transactions.end(end(sent.message_id, Resolution.ROLLBACK))
 
 
 async def test_racing_commit_and_rollback_resolve_each_message_exactly_once(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    sent = await core.prepare_batch([half(body=f"m{i}".encode()) for i in range(30)])
+    sent = await core.transactions.prepare_batch([half(body=f"m{i}".encode()) for i in range(30)])
 
     async def attempt(transaction_id: str, resolution: Resolution) -> str:
         try:
-            result = await core.end(end(transaction_id, resolution))
+            result = await core.transactions.end(end(transaction_id, resolution))
             return "won" if result.changed else "repeat"
         except StateConflict:
             return "refused"

@@ -19,18 +19,20 @@ pytestmark = pytest.mark.anyio
 async def test_concurrent_prepares_share_transactions_and_each_gets_its_own_answer(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    results = await asyncio.gather(*(core.prepare(half(body=f"m{i}".encode())) for i in range(200)))
+    results = await asyncio.gather(
+        *(core.transactions.prepare(half(body=f"m{i}".encode())) for i in range(200))
+    )
 
     assert len({r.offset for r in results}) == 200
     stored = dict(db.execute("SELECT id, body FROM messages").fetchall())
     assert all(stored[r.offset] == f"m{i}".encode() for i, r in enumerate(results))
-    assert core._prepares.items == 200
-    assert core._prepares.batches < 200  # requests were coalesced
+    assert core.transactions._prepares.items == 200
+    assert core.transactions._prepares.batches < 200  # requests were coalesced
 
 
 async def test_answers_come_after_the_commit(core: Coordinator, database_url: str) -> None:
     async def prepare_and_look() -> bool:
-        sent = await core.prepare(half())
+        sent = await core.transactions.prepare(half())
         with psycopg.connect(database_url) as other:  # another session sees it at once
             row = other.execute("SELECT state FROM messages WHERE id = %s", (sent.offset,))
             return row.fetchone() == ("prepared",)
@@ -39,10 +41,10 @@ async def test_answers_come_after_the_commit(core: Coordinator, database_url: st
 
 
 async def test_a_conflicting_request_fails_alone(core: Coordinator, db: psycopg.Connection) -> None:
-    await core.prepare(half(message_id="TAKEN"))
+    await core.transactions.prepare(half(message_id="TAKEN"))
     outcomes = await asyncio.gather(
-        *(core.prepare(half(body=f"ok{i}".encode())) for i in range(10)),
-        core.prepare(half(body=b"different", message_id="TAKEN")),
+        *(core.transactions.prepare(half(body=f"ok{i}".encode())) for i in range(10)),
+        core.transactions.prepare(half(body=b"different", message_id="TAKEN")),
         return_exceptions=True,
     )
     assert isinstance(outcomes[-1], MessageIdConflict)
@@ -52,17 +54,17 @@ async def test_a_conflicting_request_fails_alone(core: Coordinator, db: psycopg.
 
 async def test_invalid_requests_never_reach_a_batch(core: Coordinator) -> None:
     with pytest.raises(InvalidMessage):
-        await core.prepare(half(topic="bad topic"))
-    assert core._prepares.items == 0
+        await core.transactions.prepare(half(topic="bad topic"))
+    assert core.transactions._prepares.items == 0
 
 
 async def test_ends_of_the_same_transaction_never_share_a_statement(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     outcomes = await asyncio.gather(
         *(
-            core.end(end(sent.transaction_id, r))
+            core.transactions.end(end(sent.transaction_id, r))
             for r in [Resolution.COMMIT, Resolution.ROLLBACK] * 5
         ),
         return_exceptions=True,

@@ -31,8 +31,9 @@ def strict_database(db: psycopg.Connection, database_url: str) -> Iterator[str]:
     """This test's database, with REPEATABLE READ as every new session's default."""
     name = db.info.dbname
     db.execute(
-        psycopg.sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read'")
-        .format(psycopg.sql.Identifier(name))
+        psycopg.sql.SQL(
+            "ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read'"
+        ).format(psycopg.sql.Identifier(name))
     )
     with psycopg.connect(database_url) as plain:  # a connection of no one's pool
         assert _isolation(plain) == "repeatable read"
@@ -71,7 +72,7 @@ async def test_an_end_racing_a_change_of_its_message_succeeds(
     strict_database: str, db: psycopg.Connection
 ) -> None:
     async with _core(strict_database) as core:
-        sent = await core.prepare(half())
+        sent = await core.transactions.prepare(half())
         # Another transaction changes the message's row and has not committed
         # yet (what a check-back claim does: it moves the next check time).
         with psycopg.connect(strict_database) as racer:
@@ -79,7 +80,9 @@ async def test_an_end_racing_a_change_of_its_message_succeeds(
                 "UPDATE messages SET next_check_at = now() + interval '1 minute' WHERE id = %s",
                 (sent.offset,),
             )
-            ending = asyncio.create_task(core.end(end(sent.transaction_id, Resolution.COMMIT)))
+            ending = asyncio.create_task(
+                core.transactions.end(end(sent.transaction_id, Resolution.COMMIT))
+            )
             await _until_waiting_for_a_lock(db, ending)
             racer.commit()
         # Under REPEATABLE READ the end fails here: "could not serialize

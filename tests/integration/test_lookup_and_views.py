@@ -16,12 +16,14 @@ pytestmark = pytest.mark.anyio
 async def test_a_message_is_found_by_offset_message_id_and_transaction_id(
     core: Coordinator,
 ) -> None:
-    sent = await core.prepare(half(tags="created", keys=("k1", "k2"), properties={"p": "1"}))
-    await core.end(end(sent.transaction_id, Resolution.COMMIT))
+    sent = await core.transactions.prepare(
+        half(tags="created", keys=("k1", "k2"), properties={"p": "1"})
+    )
+    await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT))
 
-    by_offset = await core.get_message(offset=sent.offset)
-    by_message_id = await core.get_message(message_id=sent.message_id)
-    by_transaction_id = await core.get_message(transaction_id=sent.transaction_id)
+    by_offset = await core.inspection.get_message(offset=sent.offset)
+    by_message_id = await core.inspection.get_message(message_id=sent.message_id)
+    by_transaction_id = await core.inspection.get_message(transaction_id=sent.transaction_id)
     assert by_offset == by_message_id == by_transaction_id
     record = by_offset
     assert (record.topic, record.tags, record.keys, record.properties) == (
@@ -39,21 +41,21 @@ async def test_a_message_is_found_by_offset_message_id_and_transaction_id(
 
 async def test_lookups_of_missing_messages_say_so(core: Coordinator) -> None:
     with pytest.raises(NotFound):
-        await core.get_message(offset=999)
+        await core.inspection.get_message(offset=999)
     with pytest.raises(NotFound):
-        await core.get_message(message_id="NOPE")
+        await core.inspection.get_message(message_id="NOPE")
     with pytest.raises(NotFound):
-        await core.get_message(transaction_id="nope")
+        await core.inspection.get_message(transaction_id="nope")
     with pytest.raises(InvalidMessage):
-        await core.get_message()
+        await core.inspection.get_message()
 
 
 async def test_status_counts_by_group_topic_and_state(core: Coordinator) -> None:
-    a, b, _ = await core.prepare_batch([half(), half(), half(topic="payments")])
-    await core.end(end(a.transaction_id, Resolution.COMMIT))
-    await core.send(half(producer_group=None))
+    a, b, _ = await core.transactions.prepare_batch([half(), half(), half(topic="payments")])
+    await core.transactions.end(end(a.transaction_id, Resolution.COMMIT))
+    await core.transactions.send(half(producer_group=None))
 
-    status = await core.status()
+    status = await core.inspection.status()
     counts = {(c.producer_group, c.topic, c.state.value): c.count for c in status.counts}
     assert counts == {
         (None, TOPIC, "committed"): 1,
@@ -69,8 +71,8 @@ async def test_status_counts_by_group_topic_and_state(core: Coordinator) -> None
 async def test_the_sql_views_answer_the_documented_questions(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    a, b = await core.prepare_batch([half(), half(topic="payments")])
-    await core.end(end(a.transaction_id, Resolution.ROLLBACK))
+    a, b = await core.transactions.prepare_batch([half(), half(topic="payments")])
+    await core.transactions.end(end(a.transaction_id, Resolution.ROLLBACK))
     db.execute(
         "UPDATE messages SET born_at = now() - interval '2 hours', check_count = 3 WHERE id = %s",
         (b.offset,),

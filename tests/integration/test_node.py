@@ -36,7 +36,7 @@ def recording(name: str, events: list[str], doors: dict[str, RecordingDoor]) -> 
         core: Coordinator, authenticator: Authenticator
     ) -> AsyncIterator[RecordingDoor]:
         # What a door receives is already started: the core answers, tokens are read.
-        assert await core.database_ok()
+        assert await core.inspection.database_ok()
         assert authenticator.enabled is False
         events.append(f"{name} started")
         door = doors[name] = RecordingDoor(name, events)

@@ -23,7 +23,7 @@ def settings() -> Settings:
 
 async def _discarded(core: Coordinator, db: psycopg.Connection) -> SendResult:
     await core.checkback.heartbeat(GROUP, INSTANCE)
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     for _ in range(2):  # check_max = 1: one check, then discarded
         make_due(db, sent.offset)
         await core.checkback.run_round()
@@ -59,7 +59,7 @@ async def test_recheck_re_arms_a_discarded_message(
     assert [c.offset for c in result.checked] == [sent.offset]
     (request,) = await core.checkback.poll(GROUP, INSTANCE)
     assert request.check_count == 1
-    await core.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
+    await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
     assert message(db, sent.offset)["state"] == "committed"
 
 
@@ -82,23 +82,23 @@ async def test_an_operator_resolves_a_discarded_message(
 async def test_an_operator_resolves_a_prepared_message(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     await core.checkback.resolve(sent.offset, Resolution.COMMIT)
     assert message(db, sent.offset)["state"] == "committed"
     assert history(db, sent.offset)[-1][:3] == ("operator", "prepared", "committed")
     # the producer's late answer is an idempotent repeat
-    late = await core.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
+    late = await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
     assert late.changed is False
 
 
 async def test_operator_actions_refuse_what_does_not_fit(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    sent = await core.prepare(half())
+    sent = await core.transactions.prepare(half())
     with pytest.raises(StateConflict, match="only a discarded message can be re-armed"):
         await core.checkback.recheck(sent.offset)
 
-    await core.end(end(sent.transaction_id, Resolution.ROLLBACK))
+    await core.transactions.end(end(sent.transaction_id, Resolution.ROLLBACK))
     again = await core.checkback.resolve(sent.offset, Resolution.ROLLBACK)
     assert again.changed is False and again.state is MessageState.ROLLED_BACK
     with pytest.raises(StateConflict, match="already rolled_back; it cannot be committed") as e:

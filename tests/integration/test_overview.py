@@ -90,7 +90,9 @@ async def test_the_figures_are_those_of_the_database(
 async def test_a_resolution_shows_in_the_current_minute(seeded: Coordinator) -> None:
     before = await seeded.overview.read()
     oldest = before.oldest[-1]
-    await seeded.end(end(oldest.transaction_id, Resolution.COMMIT, group=oldest.producer_group))
+    await seeded.transactions.end(
+        end(oldest.transaction_id, Resolution.COMMIT, group=oldest.producer_group)
+    )
     after = await seeded.overview.read()
     assert after.pending == before.pending - 1
     assert sum(m.committed for m in after.minutes) == sum(m.committed for m in before.minutes) + 1
@@ -98,8 +100,8 @@ async def test_a_resolution_shows_in_the_current_minute(seeded: Coordinator) -> 
 
 async def test_complete_minutes_are_read_once(core: Coordinator, db: psycopg.Connection) -> None:
     """A minute that ended is kept in memory: later reads look at the last minutes only."""
-    sent = await core.prepare(half(producer_group=ORDER_SVC))
-    await core.end(end(sent.transaction_id, Resolution.COMMIT, group=ORDER_SVC))
+    sent = await core.transactions.prepare(half(producer_group=ORDER_SVC))
+    await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT, group=ORDER_SVC))
     db.execute(
         "UPDATE messages SET resolved_at = now() - interval '5 minutes' WHERE id = %s",
         (sent.offset,),

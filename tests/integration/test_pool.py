@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from psycopg import AsyncConnection
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
+from coordinator.core.configs import TransactionsConfig
 from coordinator.core.ending import end_validated
 from coordinator.core.producing import insert_validated
 from coordinator.domain.states import Resolution
@@ -29,9 +29,9 @@ SELECT 'filler-' || n, 'filler-' || n, '*' FROM generate_series(1, 2000) AS n;
 TOUCHED = ("messages", "message_history", "check_requests", "deliveries", "subscriptions")
 
 
-async def _prepare_and_commit(conn: AsyncConnection[Any], settings: Settings) -> None:
+async def _prepare_and_commit(conn: AsyncConnection[Any], config: TransactionsConfig) -> None:
     message = half()
-    [sent] = await insert_validated(conn, [message], settings, transactional=True)
+    [sent] = await insert_validated(conn, [message], config, transactional=True)
     assert not isinstance(sent, Exception)
     [ended] = await end_validated(conn, [end(sent.transaction_id or "", Resolution.COMMIT)])
     assert not isinstance(ended, Exception)
@@ -66,10 +66,10 @@ async def test_a_commit_reads_a_few_rows_after_its_tables_grew(core: Coordinator
             await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
             await conn.execute(f"ANALYZE {table}")
         for _ in range(10):
-            await _prepare_and_commit(conn, core.settings)
+            await _prepare_and_commit(conn, core.configs.transactions)
         await conn.execute(GROW)
         async with conn.transaction():
             before = await _rows_read(conn)
-            await _prepare_and_commit(conn, core.settings)
+            await _prepare_and_commit(conn, core.configs.transactions)
             # a handful of lookups, not 20,000 rows
             assert await _rows_read(conn) - before < 20

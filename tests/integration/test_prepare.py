@@ -31,7 +31,9 @@ def _row(db: psycopg.Connection, offset: int) -> tuple:
 async def test_prepare_stores_a_prepared_half_message_with_its_history(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    result = await core.prepare(half(tags="created", keys=("order-1001",), properties={"a": "b"}))
+    result = await core.transactions.prepare(
+        half(tags="created", keys=("order-1001",), properties={"a": "b"})
+    )
 
     assert result.created is True
     assert result.state is MessageState.PREPARED
@@ -58,7 +60,7 @@ async def test_prepare_stores_a_prepared_half_message_with_its_history(
 async def test_check_immunity_sets_the_first_check_time(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    result = await core.prepare(half(check_immunity_seconds=90))
+    result = await core.transactions.prepare(half(check_immunity_seconds=90))
     assert _row(db, result.offset)[5] == timedelta(seconds=90)
 
 
@@ -66,15 +68,15 @@ async def test_transaction_timeout_comes_from_settings(
     database_url: str, db: psycopg.Connection
 ) -> None:
     async with Coordinator.connect(database_url, Settings(transaction_timeout_seconds=2.5)) as core:
-        result = await core.prepare(half())
+        result = await core.transactions.prepare(half())
     assert _row(db, result.offset)[5] == timedelta(seconds=2.5)
 
 
 async def test_sending_again_with_the_same_message_id_stores_nothing_new(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    first = await core.prepare(half(message_id="ORDER-1001"))
-    again = await core.prepare(half(message_id="ORDER-1001"))
+    first = await core.transactions.prepare(half(message_id="ORDER-1001"))
+    again = await core.transactions.prepare(half(message_id="ORDER-1001"))
 
     assert again.created is False
     assert (again.offset, again.message_id, again.transaction_id) == (
@@ -89,13 +91,13 @@ async def test_sending_again_with_the_same_message_id_stores_nothing_new(
 async def test_a_message_id_reused_for_another_message_is_refused(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    await core.prepare(half(message_id="ORDER-1001"))
+    await core.transactions.prepare(half(message_id="ORDER-1001"))
     with pytest.raises(MessageIdConflict):
-        await core.prepare(half(body=b"something else", message_id="ORDER-1001"))
+        await core.transactions.prepare(half(body=b"something else", message_id="ORDER-1001"))
     with pytest.raises(MessageIdConflict):
-        await core.prepare(half(topic="payments", message_id="ORDER-1001"))
+        await core.transactions.prepare(half(topic="payments", message_id="ORDER-1001"))
     with pytest.raises(MessageIdConflict):
-        await core.send(half(message_id="ORDER-1001"))
+        await core.transactions.send(half(message_id="ORDER-1001"))
     assert db.execute("SELECT count(*), string_agg(body, ''::bytea) FROM messages").fetchone() == (
         1,
         b"order 1001 created",
@@ -105,7 +107,9 @@ async def test_a_message_id_reused_for_another_message_is_refused(
 async def test_a_batch_is_stored_in_order_in_one_transaction(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    results = await core.prepare_batch([half(body=f"m{i}".encode()) for i in range(50)])
+    results = await core.transactions.prepare_batch(
+        [half(body=f"m{i}".encode()) for i in range(50)]
+    )
 
     offsets = [r.offset for r in results]
     assert offsets == sorted(offsets) and len(set(offsets)) == 50
@@ -119,34 +123,40 @@ async def test_a_batch_with_one_invalid_message_stores_nothing(
 ) -> None:
     batch = [half(), half(topic="bad topic!"), half()]
     with pytest.raises(InvalidMessage, match="message 1: topic"):
-        await core.prepare_batch(batch)
+        await core.transactions.prepare_batch(batch)
     assert db.execute("SELECT count(*) FROM messages").fetchone() == (0,)
 
 
 async def test_a_batch_with_a_conflicting_message_id_stores_nothing(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    await core.prepare(half(message_id="TAKEN"))
+    await core.transactions.prepare(half(message_id="TAKEN"))
     with pytest.raises(MessageIdConflict):
-        await core.prepare_batch([half(body=b"new"), half(body=b"other", message_id="TAKEN")])
+        await core.transactions.prepare_batch(
+            [half(body=b"new"), half(body=b"other", message_id="TAKEN")]
+        )
     assert db.execute("SELECT count(*) FROM messages").fetchone() == (1,)
 
 
 async def test_the_same_message_id_twice_in_one_batch_is_one_message(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    results = await core.prepare_batch([half(message_id="TWICE"), half(message_id="TWICE")])
+    results = await core.transactions.prepare_batch(
+        [half(message_id="TWICE"), half(message_id="TWICE")]
+    )
     assert results[0].created and not results[1].created
     assert results[0].offset == results[1].offset
     assert db.execute("SELECT count(*) FROM messages").fetchone() == (1,)
     with pytest.raises(MessageIdConflict):
-        await core.prepare_batch([half(message_id="X1"), half(body=b"different", message_id="X1")])
+        await core.transactions.prepare_batch(
+            [half(message_id="X1"), half(body=b"different", message_id="X1")]
+        )
 
 
 async def test_normal_messages_are_committed_at_once(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    result = await core.send(half(producer_group=None))
+    result = await core.transactions.send(half(producer_group=None))
 
     assert result.state is MessageState.COMMITTED and result.transaction_id is None
     state, kind, *_rest, resolved_at, source, _checks = _row(db, result.offset)
@@ -165,8 +175,8 @@ async def test_rejecting_transactional_messages_refuses_half_messages_only(
         database_url, Settings(reject_transactional_messages=True)
     ) as core:
         with pytest.raises(TransactionalMessagesRejected):
-            await core.prepare(half())
-        await core.send(half())
+            await core.transactions.prepare(half())
+        await core.transactions.send(half())
     assert db.execute("SELECT kind FROM messages").fetchall() == [("normal",)]
 
 
@@ -191,7 +201,7 @@ async def test_invalid_input_is_refused_before_anything_is_stored(
     ]
     for message in bad:
         with pytest.raises(InvalidMessage):
-            await core.prepare(message)
+            await core.transactions.prepare(message)
     assert db.execute("SELECT count(*) FROM messages").fetchone() == (0,)
 
 

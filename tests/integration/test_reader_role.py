@@ -105,9 +105,9 @@ async def test_the_reader_sees_every_documented_view_with_rows(
         "INSERT INTO subscriptions (consumer_group, topic, expression) VALUES ('billing', %s, '*')",
         (TOPIC,),
     )
-    committed = await core.prepare(half(body=SECRET))
-    await core.end(end(committed.transaction_id, Resolution.COMMIT))
-    pending = await core.prepare(half(body=SECRET))
+    committed = await core.transactions.prepare(half(body=SECRET))
+    await core.transactions.end(end(committed.transaction_id, Resolution.COMMIT))
+    pending = await core.transactions.prepare(half(body=SECRET))
     db.execute(
         "INSERT INTO check_requests (message_offset, producer_group, status, check_count) "
         "VALUES (%s, %s, 'no_producer', 1)",

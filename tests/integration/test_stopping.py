@@ -55,7 +55,7 @@ async def test_waiting_polls_answer_empty_at_once_when_the_server_stops(
 async def test_a_stopping_poll_still_hands_over_what_is_there(database_url: str) -> None:
     async with Coordinator.connect(database_url, Settings(), listen=True) as core:
         await core.delivery.subscribe("billing", "orders")
-        await core.send(half())
+        await core.transactions.send(half())
         core.begin_shutdown()
         received = await core.delivery.receive("billing", wait_seconds=LONG_WAIT)
         assert [m.topic for m in received] == ["orders"]
@@ -67,7 +67,7 @@ async def test_a_round_of_a_stopping_server_ends_after_its_batch(
     settings = check_settings(check_batch_size=2)
     async with Coordinator.connect(database_url, settings) as core:
         await core.checkback.heartbeat(GROUP, INSTANCE)
-        sent = [await core.prepare(half(body=f"order {i}".encode())) for i in range(5)]
+        sent = [await core.transactions.prepare(half(body=f"order {i}".encode())) for i in range(5)]
         make_due(db, *(s.offset for s in sent))
 
         core.begin_shutdown()

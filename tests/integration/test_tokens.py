@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import psycopg
 import pytest
@@ -48,7 +49,7 @@ async def test_authentication_follows_tokens_as_they_are_made_and_revoked(
 ) -> None:
     async with (
         Coordinator.connect(database_url, Settings(), listen=True) as core,
-        running_authenticator(core.context, open_allowed=True) as auth,
+        running_authenticator(core.context, replace(core.configs.auth, open_allowed=True)) as auth,
     ):
         assert not auth.enabled and auth.authenticate(None).name == ANONYMOUS
         created = await core.tokens.create("order-svc", PRODUCE)
@@ -78,7 +79,7 @@ async def test_authentication_follows_tokens_as_they_are_made_and_revoked(
 async def test_a_server_that_may_not_run_open_refuses_everyone_without_tokens(
     core: Coordinator,
 ) -> None:
-    auth = Authenticator(core.context, open_allowed=False)
+    auth = Authenticator(core.context, replace(core.configs.auth, open_allowed=False))
     await auth.refresh()
     assert auth.enabled
     with pytest.raises(Unauthenticated):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from coordinator.config import Settings
-from coordinator.core.auth import Authenticator, Limits, is_loopback, open_allowed
+from coordinator.core.auth import Authenticator, Limits
+from coordinator.core.configs import LimitsConfig, ServiceConfigs, is_loopback, open_allowed
 from coordinator.core.context import CoreContext
 from coordinator.core.tokens import check_grants
 from coordinator.domain.access import Grants, Principal
@@ -87,8 +88,12 @@ def test_grants_are_checked_before_a_token_is_made() -> None:
             check_grants(grants)
 
 
+def _limits(**settings: float) -> LimitsConfig:
+    return ServiceConfigs.from_settings(Settings(**settings)).auth.limits
+
+
 def test_a_token_over_its_rate_is_refused_until_its_bucket_refills() -> None:
-    limits = Limits(Settings(rate_limit_per_second=0.001, rate_limit_burst=3))
+    limits = Limits(_limits(rate_limit_per_second=0.001, rate_limit_burst=3))
     for _ in range(3):
         limits.take_request(PRODUCER)
     with pytest.raises(RateLimited, match="over its rate"):
@@ -97,13 +102,13 @@ def test_a_token_over_its_rate_is_refused_until_its_bucket_refills() -> None:
 
 
 def test_a_rate_of_zero_means_no_limit() -> None:
-    limits = Limits(Settings(rate_limit_per_second=0, rate_limit_burst=1))
+    limits = Limits(_limits(rate_limit_per_second=0, rate_limit_burst=1))
     for _ in range(100):
         limits.take_request(PRODUCER)
 
 
 def test_long_polls_per_token_are_bounded_and_released() -> None:
-    limits = Limits(Settings(max_long_polls_per_token=2))
+    limits = Limits(_limits(max_long_polls_per_token=2))
     with limits.long_poll(PRODUCER), limits.long_poll(PRODUCER):
         with pytest.raises(RateLimited, match="holds 2 long polls"), limits.long_poll(PRODUCER):
             pass
@@ -136,8 +141,9 @@ def test_only_loopback_addresses_may_serve_without_tokens(host: str, loopback: b
 def test_without_authentication_no_limit_applies() -> None:
     # No tokens: nobody to tell apart, so no shared budget throttles everyone.
     settings = Settings(rate_limit_per_second=0.001, rate_limit_burst=1, max_long_polls_per_token=1)
-    limits = Limits(settings)
-    anonymous = Authenticator(CoreContext(None, settings), open_allowed=True).authenticate(None)  # type: ignore[arg-type]
+    config = ServiceConfigs.from_settings(settings).auth
+    limits = Limits(config.limits)
+    anonymous = Authenticator(CoreContext(None), config).authenticate(None)  # type: ignore[arg-type]
     for _ in range(10):
         limits.take_request(anonymous)
     with limits.long_poll(anonymous), limits.long_poll(anonymous):

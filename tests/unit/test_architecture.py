@@ -306,3 +306,48 @@ def test_the_import_scan_of_scripts_sees_imports_inside_functions(tmp_path: Path
         "coordinator.cli.common.open_core",
         "coordinator.cli",
     }
+
+
+# The one core module that reads `Settings`: it builds each service's config
+# from them. Every other core module gets the config its service reads, so a
+# service's dependencies are written in its config and it is built alone in a
+# test (tests/integration/test_services_alone.py).
+SETTINGS_READERS_IN_CORE = {"coordinator.core.configs"}
+
+
+def _names_settings(path: Path) -> list[int]:
+    """Lines naming `Settings` or importing `coordinator.config` (where it is defined)."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if (isinstance(node, ast.Name) and node.id == "Settings")
+        or (isinstance(node, ast.Attribute) and node.attr == "Settings")
+        or (isinstance(node, ast.ImportFrom) and node.module == "coordinator.config")
+        or (
+            isinstance(node, ast.Import)
+            and any(alias.name == "coordinator.config" for alias in node.names)
+        )
+    ]
+
+
+def test_core_services_never_receive_the_settings() -> None:
+    # The Coordinator, which `connect` builds from the settings, hands them to
+    # configs.py and keeps them for the doors; no service is given them.
+    allowed = SETTINGS_READERS_IN_CORE | {"coordinator.core.coordinator"}
+    found = {
+        f"{name}:{line}"
+        for name, path in _modules().items()
+        if _layer(name) == "core" and name not in allowed
+        for line in _names_settings(path)
+    }
+    assert found == set()
+
+
+def test_the_settings_rule_sees_a_service_that_takes_them(tmp_path: Path) -> None:
+    service = tmp_path / "service.py"
+    service.write_text(
+        "from coordinator.config import Settings\n\n"
+        "class Service:\n"
+        "    def __init__(self, settings: Settings) -> None: ...\n"
+    )
+    assert sorted(_names_settings(service)) == [1, 4]

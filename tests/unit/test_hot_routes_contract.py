@@ -29,6 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from coordinator.config import Settings
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import ServiceConfigs
 from coordinator.core.context import CoreContext
 from coordinator.http import create_app, routes
 from coordinator.http.hot_routes import HotRoute, HotRoutes, api_routes
@@ -200,8 +201,8 @@ def test_a_hot_route_is_served_where_the_app_serves_it(mark_hot: Any) -> None:
 
 def _open_authenticator() -> Authenticator:
     """As on a loopback server without tokens: every request is anonymous."""
-    context = CoreContext(pool=None, settings=Settings())  # type: ignore[arg-type]
-    return Authenticator(context, open_allowed=True)
+    context = CoreContext(pool=None)  # type: ignore[arg-type]
+    return Authenticator(context, ServiceConfigs.from_settings(Settings()).auth)
 
 
 def test_a_hot_route_is_handed_the_principal_it_asks_for(mark_hot: Any) -> None:

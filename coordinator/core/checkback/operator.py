@@ -10,7 +10,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator.config import Settings
+from coordinator.core.configs import CheckBackConfig
 from coordinator.db.queries import fetch_one
 from coordinator.domain.checkback import OperatorResult
 from coordinator.domain.errors import NotFound, StateConflict
@@ -30,11 +30,13 @@ def _result(row: dict[str, Any]) -> OperatorResult:
     )
 
 
-async def recheck(conn: AsyncConnection[Any], settings: Settings, offset: int) -> OperatorResult:
+async def recheck(
+    conn: AsyncConnection[Any], config: CheckBackConfig, offset: int
+) -> OperatorResult:
     row = await fetch_one(
         conn,
         "operator_recheck",
-        {"offset": offset, "retention_seconds": settings.retention_hours * 3600.0},
+        {"offset": offset, "retention_seconds": config.retention_hours * 3600.0},
     )
     if row is None:
         raise NotFound(f"no message with offset {offset}")
@@ -48,7 +50,7 @@ async def recheck(conn: AsyncConnection[Any], settings: Settings, offset: int) -
             current_state=result.previous_state.value,
         )
     raise StateConflict(
-        f"message {offset} is older than the retention of {settings.retention_hours:g} hours; "
+        f"message {offset} is older than the retention of {config.retention_hours:g} hours; "
         "re-armed it would expire at once: commit or roll it back by hand instead",
         current_state=result.previous_state.value,
     )

@@ -6,7 +6,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator.config import Settings
+from coordinator.core.configs import CheckBackConfig
 from coordinator.db.queries import execute, fetch_all, fetch_one
 from coordinator.domain.checkback import Producer
 from coordinator.domain.records import record_from_row
@@ -19,7 +19,7 @@ def _producer(row: dict[str, Any]) -> Producer:
 
 async def heartbeat(
     conn: AsyncConnection[Any],
-    settings: Settings,
+    config: CheckBackConfig,
     producer_group: str,
     instance_id: str,
     url: str | None,
@@ -35,7 +35,7 @@ async def heartbeat(
             "instance_id": instance_id,
             "check_url": check_url(url),
             "keep_check_url": keep_check_url,
-            "producer_ttl_seconds": settings.producer_ttl_seconds,
+            "producer_ttl_seconds": config.producer_ttl_seconds,
         },
     )
     assert row is not None  # an upsert always returns its row
@@ -51,7 +51,7 @@ async def remove(conn: AsyncConnection[Any], producer_group: str, instance_id: s
 
 
 async def list_producers(
-    conn: AsyncConnection[Any], settings: Settings, producer_group: str | None = None
+    conn: AsyncConnection[Any], config: CheckBackConfig, producer_group: str | None = None
 ) -> list[Producer]:
     if producer_group is not None:
         check_name("producer group", producer_group)
@@ -60,13 +60,13 @@ async def list_producers(
         "list_producers",
         {
             "producer_group": producer_group,
-            "producer_ttl_seconds": settings.producer_ttl_seconds,
+            "producer_ttl_seconds": config.producer_ttl_seconds,
         },
     )
     return [_producer(row) for row in rows]
 
 
-async def forget_stale(conn: AsyncConnection[Any], settings: Settings) -> None:
+async def forget_stale(conn: AsyncConnection[Any], config: CheckBackConfig) -> None:
     # Never forget an instance that still counts as live.
-    forget_after = max(settings.producer_forget_seconds, settings.producer_ttl_seconds)
+    forget_after = max(config.producer_forget_seconds, config.producer_ttl_seconds)
     await execute(conn, "forget_producers", {"producer_forget_seconds": forget_after})

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from coordinator.config import Settings
+from coordinator.core.configs import SchedulerConfig
 from coordinator.domain.checkback import RoundResult
 from coordinator.domain.errors import DatabaseUnavailable
 
@@ -107,13 +107,13 @@ class CheckScheduler:
 
 @contextlib.asynccontextmanager
 async def running_check_scheduler(
-    run_round: Callable[[], Awaitable[RoundResult]], settings: Settings
+    run_round: Callable[[], Awaitable[RoundResult]], config: SchedulerConfig
 ) -> AsyncIterator[CheckScheduler | None]:
     """The check-back job for the lifetime of a served app (unless disabled)."""
-    if not settings.check_scheduler_enabled:
+    if not config.enabled:
         yield None
         return
-    scheduler = CheckScheduler(run_round, settings.check_scan_interval_seconds)
+    scheduler = CheckScheduler(run_round, config.scan_interval_seconds)
     scheduler.start()
     try:
         yield scheduler

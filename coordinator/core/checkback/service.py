@@ -29,6 +29,7 @@ import httpx
 from coordinator import metrics
 from coordinator.core.checkback import operator, push, registry
 from coordinator.core.checkback.dispatcher import PushDispatcher
+from coordinator.core.configs import CheckBackConfig
 from coordinator.core.context import CoreContext, EndTransaction
 from coordinator.db.notifier import CHECKS_CHANNEL, Subscription
 from coordinator.db.queries import fetch_all
@@ -56,10 +57,11 @@ PUSHES_FINISH_SECONDS = 30.0
 
 
 class CheckBack:
-    def __init__(self, context: CoreContext, end: EndTransaction) -> None:
+    def __init__(self, context: CoreContext, config: CheckBackConfig, end: EndTransaction) -> None:
         self._context = context
+        self._config = config
         self._end = end  # applies answers that pushed check requests carry
-        self._pushes = PushDispatcher(context.settings.max_inflight_dispatches)
+        self._pushes = PushDispatcher(config.max_inflight_dispatches)
         self._client: httpx.AsyncClient | None = None  # for pushes, made at the first
         context.pool.before_close(self.close)
 
@@ -70,7 +72,7 @@ class CheckBack:
         """Register an instance or record that it is alive (with its check URL, if push)."""
         async with self._context.pool.connection() as conn:
             return await registry.heartbeat(
-                conn, self._context.settings, producer_group, instance_id, check_url
+                conn, self._config, producer_group, instance_id, check_url
             )
 
     async def leave(self, producer_group: str, instance_id: str) -> bool:
@@ -80,7 +82,7 @@ class CheckBack:
 
     async def producers(self, producer_group: str | None = None) -> list[Producer]:
         async with self._context.pool.connection() as conn:
-            return await registry.list_producers(conn, self._context.settings, producer_group)
+            return await registry.list_producers(conn, self._config, producer_group)
 
     # --- the round ------------------------------------------------------------
     async def run_round(self) -> RoundResult:
@@ -91,12 +93,12 @@ class CheckBack:
         started = time.perf_counter()
         result = RoundResult()
         async with self._context.pool.connection() as conn:
-            await registry.forget_stale(conn, self._context.settings)
+            await registry.forget_stale(conn, self._config)
         for _ in range(MAX_BATCHES_PER_ROUND):
             claimed = await self.claim()
             result.add(claimed)
             self._hand_off(claimed, result)  # the pushes run on; the round does not wait
-            if len(claimed) < self._context.settings.check_batch_size:
+            if len(claimed) < self._config.check_batch_size:
                 break
             if self._context.stopping.is_set():
                 break  # the rest stays due: the next round, on any node, takes it
@@ -105,24 +107,24 @@ class CheckBack:
 
     async def claim(self) -> list[ClaimedCheck]:
         """Claim one batch of due messages; committed when this returns."""
-        settings = self._context.settings
-        retention_seconds = settings.retention_hours * 3600.0
+        config = self._config
+        retention_seconds = config.retention_hours * 3600.0
         async with self._context.pool.connection() as conn:
             rows = await fetch_all(
                 conn,
                 "claim_due_checks",
                 {
-                    "batch_size": settings.check_batch_size,
-                    "producer_ttl_seconds": settings.producer_ttl_seconds,
+                    "batch_size": config.check_batch_size,
+                    "producer_ttl_seconds": config.producer_ttl_seconds,
                     "retention_seconds": retention_seconds,
-                    "check_max": settings.check_max,
+                    "check_max": config.check_max,
                     "pushes_in_flight": self._pushes.in_flight(),
-                    "check_interval_seconds": settings.check_interval_seconds,
-                    "backoff": settings.check_backoff,
-                    "backoff_factor": settings.check_backoff_factor,
-                    "backoff_max_seconds": settings.check_backoff_max_seconds,
+                    "check_interval_seconds": config.check_interval_seconds,
+                    "backoff": config.check_backoff,
+                    "backoff_factor": config.check_backoff_factor,
+                    "backoff_max_seconds": config.check_backoff_max_seconds,
                     "expiry_detail": (
-                        f"still prepared after the retention of {settings.retention_hours:g} hours"
+                        f"still prepared after the retention of {config.retention_hours:g} hours"
                     ),
                 },
             )
@@ -145,7 +147,7 @@ class CheckBack:
 
     async def close(self) -> None:
         """Let the pushes in flight finish (each within its timeout), then stop pushing."""
-        timeout = self._context.settings.check_push_timeout_seconds
+        timeout = self._config.check_push_timeout_seconds
         await self._pushes.close(finish_seconds=min(timeout + 1.0, PUSHES_FINISH_SECONDS))
         if self._client is not None:
             await self._client.aclose()
@@ -173,7 +175,7 @@ class CheckBack:
         async with self._context.pool.connection() as conn:
             if not await push.start(conn, claimed):
                 return  # resolved, or checked again, while it waited for its slot
-        secret = self._context.settings.check_push_secret
+        secret = self._config.check_push_secret
         try:
             outcome = await push.push(
                 self._http_client(),
@@ -200,11 +202,11 @@ class CheckBack:
 
     def _http_client(self) -> httpx.AsyncClient:
         if self._client is None:
-            settings = self._context.settings
+            config = self._config
             self._client = httpx.AsyncClient(
-                timeout=settings.check_push_timeout_seconds,
+                timeout=config.check_push_timeout_seconds,
                 # the dispatcher bounds the pushes: never make one wait for a connection
-                limits=httpx.Limits(max_connections=settings.max_inflight_dispatches),
+                limits=httpx.Limits(max_connections=config.max_inflight_dispatches),
             )
         return self._client
 
@@ -268,16 +270,16 @@ class CheckBack:
 
         Polling also counts as being heard from (the instance stays live).
         """
-        settings = self._context.settings
+        config = self._config
         # The server may hold long polls for less than the protocol allows.
         check_poll(
             wait_seconds,
             max_requests,
-            high=min(MAX_POLL_WAIT_SECONDS, settings.max_long_poll_seconds),
+            high=min(MAX_POLL_WAIT_SECONDS, config.max_long_poll_seconds),
         )
         async with self._context.pool.connection() as conn:
             await registry.heartbeat(
-                conn, settings, producer_group, instance_id, None, keep_check_url=True
+                conn, config, producer_group, instance_id, None, keep_check_url=True
             )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
@@ -287,7 +289,7 @@ class CheckBack:
                 remaining = deadline - loop.time()
                 if taken or remaining <= 0 or self._context.stopping.is_set():
                     return taken
-                pause = min(remaining, settings.check_poll_fallback_seconds)
+                pause = min(remaining, config.check_poll_fallback_seconds)
                 if wake_up is None:
                     await asyncio.sleep(pause)
                 else:
@@ -317,7 +319,7 @@ class CheckBack:
     async def recheck(self, offset: int) -> OperatorResult:
         """Re-arm a discarded message: prepared, check count reset, checked back now."""
         async with self._context.pool.connection() as conn:
-            return await operator.recheck(conn, self._context.settings, offset)
+            return await operator.recheck(conn, self._config, offset)
 
     async def resolve(self, offset: int, resolution: Resolution) -> OperatorResult:
         """Commit or roll back a prepared or discarded message by hand (source operator)."""

@@ -1,0 +1,152 @@
+"""Each service's own config, and the one place they are built from the settings.
+
+A service takes its pool (in a `CoreContext`) and a small frozen config
+holding only the values it reads, never the whole `Settings`: what a service
+depends on is written in its config, and a test builds one with a few values.
+`ServiceConfigs.from_settings` is the only reader of `Settings` in the core
+(tests/unit/test_architecture.py holds it to that).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from coordinator.config import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionsConfig:
+    """Prepare, send and end; a `MessageLimits` for the message rules."""
+
+    max_batch_size: int
+    max_body_bytes: int
+    max_properties_bytes: int
+    max_check_immunity_seconds: float
+    reject_transactional_messages: bool
+    transaction_timeout_seconds: float
+    group_commit_max_batch: int
+    group_commit_max_inflight: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryConfig:
+    max_long_poll_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckBackConfig:
+    """The producer registry, check rounds, pull and push dispatch, operator actions."""
+
+    producer_ttl_seconds: float
+    producer_forget_seconds: float
+    retention_hours: float
+    check_batch_size: int
+    check_max: int
+    check_interval_seconds: float
+    check_backoff: bool
+    check_backoff_factor: float
+    check_backoff_max_seconds: float
+    check_push_timeout_seconds: float
+    max_inflight_dispatches: int
+    max_long_poll_seconds: float
+    check_poll_fallback_seconds: float
+    check_push_secret: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    enabled: bool
+    scan_interval_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class OverviewConfig:
+    producer_ttl_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    rate_limit_per_second: float
+    rate_limit_burst: int
+    max_long_polls_per_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    token_refresh_seconds: float
+    # Whether the server may serve without tokens (see auth.py).
+    open_allowed: bool
+    limits: LimitsConfig
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def open_allowed(settings: Settings) -> bool:
+    """Whether this server may serve without tokens (loopback only, or --insecure)."""
+    return settings.insecure or is_loopback(settings.host)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfigs:
+    transactions: TransactionsConfig
+    delivery: DeliveryConfig
+    checkback: CheckBackConfig
+    scheduler: SchedulerConfig
+    overview: OverviewConfig
+    auth: AuthConfig
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ServiceConfigs:
+        secret = settings.check_push_secret
+        return cls(
+            transactions=TransactionsConfig(
+                max_batch_size=settings.max_batch_size,
+                max_body_bytes=settings.max_body_bytes,
+                max_properties_bytes=settings.max_properties_bytes,
+                max_check_immunity_seconds=settings.max_check_immunity_seconds,
+                reject_transactional_messages=settings.reject_transactional_messages,
+                transaction_timeout_seconds=settings.transaction_timeout_seconds,
+                group_commit_max_batch=settings.group_commit_max_batch,
+                group_commit_max_inflight=settings.group_commit_max_inflight,
+            ),
+            delivery=DeliveryConfig(max_long_poll_seconds=settings.max_long_poll_seconds),
+            checkback=CheckBackConfig(
+                producer_ttl_seconds=settings.producer_ttl_seconds,
+                producer_forget_seconds=settings.producer_forget_seconds,
+                retention_hours=settings.retention_hours,
+                check_batch_size=settings.check_batch_size,
+                check_max=settings.check_max,
+                check_interval_seconds=settings.check_interval_seconds,
+                check_backoff=settings.check_backoff,
+                check_backoff_factor=settings.check_backoff_factor,
+                check_backoff_max_seconds=settings.check_backoff_max_seconds,
+                check_push_timeout_seconds=settings.check_push_timeout_seconds,
+                max_inflight_dispatches=settings.max_inflight_dispatches,
+                max_long_poll_seconds=settings.max_long_poll_seconds,
+                check_poll_fallback_seconds=settings.check_poll_fallback_seconds,
+                check_push_secret=secret.get_secret_value() if secret else None,
+            ),
+            scheduler=SchedulerConfig(
+                enabled=settings.check_scheduler_enabled,
+                scan_interval_seconds=settings.check_scan_interval_seconds,
+            ),
+            overview=OverviewConfig(producer_ttl_seconds=settings.producer_ttl_seconds),
+            auth=AuthConfig(
+                token_refresh_seconds=settings.token_refresh_seconds,
+                open_allowed=open_allowed(settings),
+                limits=LimitsConfig(
+                    rate_limit_per_second=settings.rate_limit_per_second,
+                    rate_limit_burst=settings.rate_limit_burst,
+                    max_long_polls_per_token=settings.max_long_polls_per_token,
+                ),
+            ),
+        )

@@ -1,0 +1,124 @@
+"""Subscriptions: which consumer group receives which topic (and tags), and its lag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.core.context import CoreContext
+from coordinator.db.queries import fetch_all, fetch_one
+from coordinator.domain.delivery import ConsumerLag, SubscribeResult, Subscription
+from coordinator.domain.errors import NotFound
+from coordinator.domain.records import record_from_row
+from coordinator.domain.rules import (
+    DEFAULT_MAX_DELIVERY_ATTEMPTS,
+    MAX_DELIVERY_ATTEMPTS_LIMIT,
+    SUBSCRIBE_ALL,
+    check_consumer_group,
+    check_count,
+    check_topic,
+    parse_tag_expression,
+)
+
+
+class Subscriptions:
+    def __init__(self, context: CoreContext) -> None:
+        self._context = context
+
+    async def subscribe(
+        self,
+        consumer_group: str,
+        topic: str,
+        expression: str = SUBSCRIBE_ALL,
+        *,
+        fifo: bool = False,
+        max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
+    ) -> SubscribeResult:
+        """Create or change a subscription; it receives messages committed from now on."""
+        check_consumer_group(consumer_group)
+        check_topic(topic)
+        tags = parse_tag_expression(expression)
+        check_count("max delivery attempts", max_delivery_attempts, MAX_DELIVERY_ATTEMPTS_LIMIT)
+        async with self._context.pool.connection() as conn:
+            row = await fetch_one(
+                conn,
+                "upsert_subscription",
+                {
+                    "consumer_group": consumer_group,
+                    "topic": topic,
+                    "expression": expression.strip() or SUBSCRIBE_ALL,
+                    "tags": list(tags) if tags is not None else None,
+                    "fifo": fifo,
+                    "max_delivery_attempts": max_delivery_attempts,
+                },
+            )
+        assert row is not None
+        return SubscribeResult(subscription=_subscription(row), created=row["created"])
+
+    async def ensure_subscribed(
+        self,
+        consumer_group: str,
+        topic: str,
+        expression: str = SUBSCRIBE_ALL,
+        *,
+        fifo: bool | None = None,
+    ) -> Subscription:
+        """The group's subscription to `topic` with this expression, changed only if it differs.
+
+        For clients that restate their subscription with every receive (the
+        RocketMQ door): an existing subscription keeps its max delivery
+        attempts, and its FIFO flag unless `fifo` is given; an unchanged one
+        is not written.
+        """
+        check_consumer_group(consumer_group)
+        check_topic(topic)
+        expression = expression.strip() or SUBSCRIBE_ALL
+        parse_tag_expression(expression)
+        current = {s.topic: s for s in await self.subscriptions(consumer_group)}.get(topic)
+        if current is None:
+            result = await self.subscribe(consumer_group, topic, expression, fifo=bool(fifo))
+            return result.subscription
+        fifo = current.fifo if fifo is None else fifo
+        if current.expression == expression and current.fifo == fifo:
+            return current
+        result = await self.subscribe(
+            consumer_group,
+            topic,
+            expression,
+            fifo=fifo,
+            max_delivery_attempts=current.max_delivery_attempts,
+        )
+        return result.subscription
+
+    async def unsubscribe(self, consumer_group: str, topic: str) -> Subscription:
+        """Remove a subscription with its unacked deliveries; its dead letters stay."""
+        check_consumer_group(consumer_group)
+        check_topic(topic)
+        async with self._context.pool.connection() as conn:
+            row = await fetch_one(
+                conn, "delete_subscription", {"consumer_group": consumer_group, "topic": topic}
+            )
+        if row is None:
+            raise NotFound(f"consumer group {consumer_group!r} does not subscribe to {topic!r}")
+        return _subscription(row)
+
+    async def subscriptions(self, consumer_group: str | None = None) -> list[Subscription]:
+        if consumer_group is not None:
+            check_consumer_group(consumer_group)
+        async with self._context.pool.connection() as conn:
+            rows = await fetch_all(conn, "list_subscriptions", {"consumer_group": consumer_group})
+        return [_subscription(row) for row in rows]
+
+    # -- lag ------------------------------------------------------------------
+
+    async def lag(self, consumer_group: str | None = None) -> list[ConsumerLag]:
+        """Per group and topic: unacked deliveries, in flight, dead letters."""
+        if consumer_group is not None:
+            check_consumer_group(consumer_group)
+        async with self._context.pool.connection() as conn:
+            rows = await fetch_all(conn, "consumer_lag", {"consumer_group": consumer_group})
+        return [record_from_row(ConsumerLag, row) for row in rows]
+
+
+def _subscription(row: dict[str, Any]) -> Subscription:
+    tags = row["tags"]
+    return record_from_row(Subscription, row, tags=tuple(tags) if tags is not None else None)

@@ -1,0 +1,103 @@
+"""The transactions service: prepare and send messages, end transactions.
+
+Single prepares, sends and ends are group-committed (group_commit.py):
+concurrent requests share one database transaction. Batches go in a
+transaction of their own. Storing is in producing.py, ending in ending.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from coordinator import metrics
+from coordinator.core import ending, producing
+from coordinator.core.configs import TransactionsConfig
+from coordinator.core.context import CoreContext
+from coordinator.core.group_commit import GroupCommitter, Item, Result, RunBatch
+from coordinator.core.ids import new_message_id
+from coordinator.domain.errors import CoordinatorError
+from coordinator.domain.messages import EndRequest, EndResult, NewMessage, SendResult
+from coordinator.domain.states import Resolution
+
+
+class Transactions:
+    def __init__(self, context: CoreContext, config: TransactionsConfig) -> None:
+        self._context = context
+        self._config = config
+        self._prepares = self._group_committer(self._inserter(transactional=True))
+        self._sends = self._group_committer(self._inserter(transactional=False))
+        self._ends = self._group_committer(
+            ending.end_validated, key=lambda request: request.transaction_id
+        )
+
+    async def prepare(self, message: NewMessage) -> SendResult:
+        """Store a half message; returns once it is durably committed."""
+        (message,) = producing.validate_batch([message], self._config, transactional=True)
+        return await self._prepares.submit(_with_message_id(message))
+
+    async def prepare_batch(self, messages: Sequence[NewMessage]) -> list[SendResult]:
+        async with self._context.pool.connection() as conn:
+            return await producing.store_messages(conn, messages, self._config, transactional=True)
+
+    async def send(self, message: NewMessage) -> SendResult:
+        """Store a normal message: committed (deliverable) at once."""
+        (message,) = producing.validate_batch([message], self._config, transactional=False)
+        return await self._sends.submit(_with_message_id(message))
+
+    async def send_batch(self, messages: Sequence[NewMessage]) -> list[SendResult]:
+        async with self._context.pool.connection() as conn:
+            return await producing.store_messages(conn, messages, self._config, transactional=False)
+
+    async def end(self, request: EndRequest) -> EndResult:
+        ending.validate_end(request)
+        if request.resolution is Resolution.UNKNOWN:
+            async with self._context.pool.connection() as conn:
+                return await ending.report_unknown(conn, request)
+        result = await self._ends.submit(request)
+        metrics.count_ends([request], [result])
+        return result
+
+    async def end_batch(self, requests: Sequence[EndRequest]) -> list[EndResult | CoordinatorError]:
+        """End many transactions in one database transaction; one outcome per request.
+
+        Unlike a batch of half messages this is not all-or-nothing: each
+        request is its own compare-and-set and gets its own answer or error.
+        """
+        async with self._context.pool.connection() as conn, conn.transaction():
+            outcomes = await ending.end_many(conn, requests, self._config.max_batch_size)
+        metrics.count_ends(requests, outcomes)
+        return outcomes
+
+    def _inserter(self, *, transactional: bool) -> RunBatch[NewMessage, SendResult]:
+        async def run(
+            conn: AsyncConnection[Any], messages: list[NewMessage]
+        ) -> list[SendResult | CoordinatorError]:
+            return await producing.insert_validated(
+                conn, messages, self._config, transactional=transactional
+            )
+
+        return run
+
+    def _group_committer(
+        self, run: RunBatch[Item, Result], key: Callable[[Item], Hashable] | None = None
+    ) -> GroupCommitter[Item, Result]:
+        return GroupCommitter(
+            self._context.pool,
+            run,
+            max_batch=self._config.group_commit_max_batch,
+            max_inflight=self._config.group_commit_max_inflight,
+            key=key,
+        )
+
+
+def _with_message_id(message: NewMessage) -> NewMessage:
+    # The id is minted before the message joins a group-commit batch, so that
+    # a batch run again (one request at a time after a failed batch, whose
+    # connection may have died after its COMMIT) stores each message once.
+    if message.message_id is not None:
+        return message
+    return replace(message, message_id=new_message_id())
