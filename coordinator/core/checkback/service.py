@@ -175,13 +175,12 @@ class CheckBack:
         async with self._context.pool.connection() as conn:
             if not await push.start(conn, claimed):
                 return  # resolved, or checked again, while it waited for its slot
-        secret = self._config.check_push_secret
         try:
             outcome = await push.push(
                 self._http_client(),
                 claimed.check_url,
                 claimed.request,
-                secret.get_secret_value() if secret else None,
+                self._config.check_push_secret,
             )
         except asyncio.CancelledError:
             # The node stops: the request records why it went unanswered.
