@@ -303,9 +303,8 @@ def _print_table(report: dict) -> None:
         table.add_column(column, justify="left" if column == "load" else "right")
     for row in report["summary"]:
         table.add_row(
-            f"HTTP, {'one message per call' if row['load'] == 'single' else 'batch API'} "
-            f"({row['producers']} producers)",
-            f"{_rate(row['baseline'])}\n({row['baseline_clients']} clients)",
+            _load_name(row),
+            _rate(row["baseline"]),
             _rate(row["base"]),
             _ratio(row["base"]["vs_baseline"]),
             _rate(row["candidate"]),
@@ -313,6 +312,15 @@ def _print_table(report: dict) -> None:
             _ratio(row["candidate_vs_base"]),
         )
     console.print(table)
+
+
+def _load_name(row: dict) -> str:
+    if row["load"] == "single":
+        return f"HTTP, one message per call\n({row['producers']} producers)"
+    return (
+        f"HTTP, batch API\n({row['producers']} producers,\n"
+        f"baseline of {row['baseline_clients']} clients)"
+    )
 
 
 def _rate(spread: dict) -> str:
