@@ -186,6 +186,7 @@ def _require_one_migration_head(*sides: Side) -> None:
 
 
 def _compare(base: Side, candidate: Side, args: argparse.Namespace) -> dict:
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     sides = {"base": base, "candidate": candidate}
     batchers = batch_producers(args.concurrency)
     console.print(f"base: {base.describe()}, candidate: {candidate.describe()}")
@@ -204,7 +205,7 @@ def _compare(base: Side, candidate: Side, args: argparse.Namespace) -> dict:
                 measured[name] = _measure_side(database.url, sides[name], number, batchers, args)
             rounds.append(measured)
     return {
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "started_at": started_at,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "settings": {k: str(v) for k, v in vars(args).items()},
         "sides": {
