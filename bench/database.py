@@ -33,10 +33,22 @@ def bench_database(url: str | None) -> Iterator[BenchDatabase]:
     data_dir = Path(tempfile.mkdtemp(prefix="coordinator-bench-"))
     try:
         embedded_url = start_embedded(data_dir, database="bench")
-        migrate.upgrade(embedded_url)
-        yield BenchDatabase(embedded_url, embedded=True)
+        try:
+            migrate.upgrade(embedded_url)
+            yield BenchDatabase(embedded_url, embedded=True)
+        finally:
+            _stop_embedded(data_dir)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _stop_embedded(data_dir: Path) -> None:
+    """Stop the embedded server before its directory goes: pgserver would stop it only at
+    this process's exit, with pg_ctl, which finds no cluster in a removed directory and
+    leaves the server running."""
+    import pgserver
+
+    pgserver.get_server(data_dir / "pgdata").cleanup()
 
 
 def pgbench_binary() -> str:

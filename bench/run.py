@@ -112,12 +112,12 @@ def main(argv: list[str] | None = None) -> dict:
                     f"single, {producers} producers: {singles[-1].messages_per_second:,.0f} msgs/s"
                 )
             single = singles[0]
-            report["http_single"] = _load(single)
+            report["http_single"] = load_figures(single)
             report["concurrency"] = [
                 {
                     "producers": b.clients,
                     "baseline": asdict(b),
-                    "http_single": _load(s) | {"cpu_per_message": cpu},
+                    "http_single": load_figures(s) | {"cpu_per_message": cpu},
                     "ratio": round(s.messages_per_second / b.messages_per_second, 3),
                 }
                 for b, s, cpu in zip(baselines, singles, http_cpu, strict=True)
@@ -126,15 +126,15 @@ def main(argv: list[str] | None = None) -> dict:
             with console.status("4/6 coordinator over HTTP, batch API ..."):
                 batches = run_batches(
                     url,
-                    concurrency=max(1, args.concurrency[0] // 4),
+                    concurrency=batch_producers(args.concurrency),
                     seconds=args.seconds,
                     batch_size=args.batch_size,
                 )
-            report["http_batch"] = _load(batches)
+            report["http_batch"] = load_figures(batches)
             console.print(f"batch: {batches.messages_per_second:,.0f} msgs/s")
             with console.status("5/6 commit-to-consumer latency ..."):
                 latency = run_consumer_latency(url, samples=args.latency_samples)
-            report["commit_to_consumer"] = _load(latency)
+            report["commit_to_consumer"] = load_figures(latency)
             console.print(f"commit to consumer p99: {latency.percentile(99):.1f} ms")
 
         grpc_rows = _grpc_rows(database, postmaster, grpc_concurrency, baseline_by_clients, args)
@@ -180,6 +180,12 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
+def batch_producers(concurrency: list[int]) -> int:
+    """Producers of the batch run: a quarter of the first single-message concurrency
+    (each sends a whole batch per call)."""
+    return max(1, concurrency[0] // 4)
+
+
 def _grpc_installed() -> bool:
     return find_spec("grpc") is not None and find_spec("rocketmq") is not None
 
@@ -218,7 +224,7 @@ def _grpc_rows(
                     "producers": producers,
                     "topic": TOPIC,
                     "baseline": asdict(baseline),
-                    "grpc_single": _load(result) | {"cpu_per_message": cpu},
+                    "grpc_single": load_figures(result) | {"cpu_per_message": cpu},
                     "ratio": round(result.messages_per_second / baseline.messages_per_second, 3),
                 }
             )
@@ -246,7 +252,7 @@ def _grpc_floor(
     baseline = baselines[producers]
     return {
         "producers": producers,
-        "floor": _load(result) | {"cpu_per_message": cpu},
+        "floor": load_figures(result) | {"cpu_per_message": cpu},
         "ratio": round(result.messages_per_second / baseline.messages_per_second, 3),
     }
 
@@ -266,7 +272,8 @@ def _best_against_best(baselines, singles) -> dict:  # type: ignore[no-untyped-d
     }
 
 
-def _load(result: LoadResult) -> dict:
+def load_figures(result: LoadResult) -> dict:
+    """A load run's figures as the JSON reports give them."""
     return {
         "messages": result.messages,
         "seconds": round(result.seconds, 3),
@@ -342,7 +349,7 @@ def _print_table(
             f"{grpc_floor['ratio']:.2f}x",
         )
     table.add_row(
-        f"HTTP, batch API ({max(1, baselines[0].clients // 4)} producers)",
+        f"HTTP, batch API ({batch_producers([b.clients for b in baselines])} producers)",
         f"{batches.messages_per_second:,.0f} msgs/s",
         f"{batches.percentile(50):.1f} ms",
         f"{batches.percentile(99):.1f} ms",

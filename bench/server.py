@@ -104,17 +104,26 @@ def _output(process: subprocess.Popen[bytes], output: IO[bytes] | None) -> str:
 
 @contextmanager
 def coordinator_process(
-    database_url: str, *, workers: int = 1, **settings: object
+    database_url: str, *, workers: int = 1, source: Path | None = None, **settings: object
 ) -> Iterator[RunningServer]:
     """A server on `database_url` with COORDINATOR_<NAME> settings (its process too, to
-    measure its CPU)."""
+    measure its CPU).
+
+    With `source` (a checkout or a git worktree) the server runs that tree's code, not
+    the one this process imports: PYTHONPATH names the tree, and it is also the working
+    directory, because `python -m` puts the working directory first on the path.
+    """
     env = {f"COORDINATOR_{name.upper()}": str(value) for name, value in settings.items()}
     env["COORDINATOR_DATABASE_URL"] = database_url
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     # Its output (the access log: a line per request) goes to a file, as it
     # would in production, not to a pipe that nobody reads and that would fill.
     with (
         tempfile.TemporaryFile(prefix="coordinator-serve-") as output,
-        serve_process(env=env, serve_args=["--workers", str(workers)], output=output) as server,
+        serve_process(
+            cwd=source, env=env, serve_args=["--workers", str(workers)], output=output
+        ) as server,
     ):
         yield server
 

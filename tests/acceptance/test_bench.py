@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
 from bench.grpc_load import TOPIC as GRPC_TOPIC
 from bench.run import main
+from bench.server import coordinator_process
 
 pytestmark = pytest.mark.slow
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def test_the_benchmark_runs_every_part_and_writes_json(
@@ -89,3 +95,54 @@ def test_the_benchmark_runs_every_part_and_writes_json(
         "SELECT count(*) FROM deliveries WHERE topic = %s", (GRPC_TOPIC,)
     ).fetchone()
     assert deliveries == states["committed"], "each commit made one delivery to the subscriber"
+
+
+def test_ab_quick(tmp_path: Path) -> None:
+    out = tmp_path / "ab.json"
+    subprocess.run(
+        [sys.executable, "-m", "bench.ab", "--quick", "--base", "HEAD", "--out", str(out)],
+        cwd=REPOSITORY,
+        check=True,
+        timeout=600,
+    )
+    report = json.loads(out.read_text())
+    assert report["sides"]["base"]["asked"] == "HEAD"
+    assert Path(report["sides"]["candidate"]["asked"]) == REPOSITORY
+    assert [(row["load"], row["producers"]) for row in report["summary"]] == [
+        ("single", 16),
+        ("batch", 4),
+    ]
+    for row in report["summary"]:
+        assert row["baseline"]["median"] > 0
+        for side in ("base", "candidate"):
+            assert row[side]["median"] > 0, (row["load"], side)
+            assert row[side]["vs_baseline"]["median"] > 0, (row["load"], side)
+        assert row["candidate_vs_base"]["median"] > 0
+    assert [r["order"] for r in report["rounds"]] == [["base", "candidate"]]
+    worktrees = subprocess.run(
+        ["git", "-C", str(REPOSITORY), "worktree", "list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "coordinator-ab-" not in worktrees, "the base's temporary worktree was removed"
+
+
+def test_a_server_runs_the_code_of_the_source_tree_it_is_given(
+    tmp_path: Path, database_url: str
+) -> None:
+    tree = tmp_path / "tree"
+    skip = shutil.ignore_patterns("__pycache__")
+    for part in ("coordinator", "migrations"):
+        shutil.copytree(REPOSITORY / part, tree / part, ignore=skip)
+    marker = "0.0.0+source-tree"
+    init = tree / "coordinator" / "__init__.py"
+    init.write_text(init.read_text().replace('__version__ = "0.1.0"', f'__version__ = "{marker}"'))
+    assert marker in init.read_text()
+
+    with coordinator_process(database_url, source=tree) as server:
+        document = httpx.get(f"{server.url}/openapi.json").json()
+    assert document["info"]["version"] == marker
+    with coordinator_process(database_url) as server:
+        document = httpx.get(f"{server.url}/openapi.json").json()
+    assert document["info"]["version"] != marker
