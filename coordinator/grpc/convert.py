@@ -133,7 +133,11 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
     immunity = None
     if transactional and properties.HasField("orphaned_transaction_recovery_duration"):
         seconds = seconds_of(properties.orphaned_transaction_recovery_duration)
-        immunity = min(seconds, MAX_RECOVERY_SECONDS) if seconds > 0 else None
+        # The official clients set it on every half message (their own
+        # default), so a coordinator with a short retention shortens it, as
+        # the cap does, rather than refusing every send.
+        longest = min(MAX_RECOVERY_SECONDS, settings.max_check_immunity_seconds)
+        immunity = min(seconds, longest) if seconds > 0 and longest > 0 else None
     return Incoming(
         NewMessage(
             topic=topic,
