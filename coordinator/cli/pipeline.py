@@ -53,8 +53,8 @@ from coordinator.db import migrate
 from coordinator.db.ready import describe_database
 from coordinator.db.urls import libpq_url, redact
 from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
+from coordinator.pipeline.display import display_value
 from coordinator.pipeline.durations import parse_duration, parse_moment
-from coordinator.pipeline.report_page import display_value
 from coordinator.pipeline.session import MASTER_ENV, master_named, parse_conf
 
 # pyspark (the optional 'pipeline' extra) is imported when a job runs, so the
