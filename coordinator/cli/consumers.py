@@ -16,7 +16,7 @@ from coordinator.cli.common import (
     run_async,
 )
 from coordinator.cli.tables import Column, print_table
-from coordinator.http.consumer_schemas import (
+from coordinator.views.consumers import (
     ConsumerLagOut,
     DeadLetterOut,
     DeadLettersOut,

@@ -13,7 +13,7 @@ from coordinator.cli.tables import Column, print_table
 from coordinator.core import Coordinator
 from coordinator.domain.errors import NotFound
 from coordinator.domain.messages import MessageRecord
-from coordinator.http.schemas import MessageOut
+from coordinator.views.messages import MessageOut
 
 tx_app = typer.Typer(help="Inspect one transaction or message.", no_args_is_help=True)
 

@@ -20,7 +20,7 @@ from coordinator.cli.status import age
 from coordinator.cli.tables import Column, print_table
 from coordinator.domain.checkback import OperatorResult
 from coordinator.domain.states import Resolution
-from coordinator.http.checkback_schemas import ProducerOut, ProducersOut
+from coordinator.views.producers import ProducerOut, ProducersOut
 
 ID_ARGUMENT = typer.Argument(..., metavar="ID", help="Offset, transaction id or message id.")
 

@@ -19,18 +19,13 @@ Exit codes a scheduler can act on, each failure one sentence on stderr:
 
 from __future__ import annotations
 
-import importlib
-import logging
-import os
-import re
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import psycopg
-import psycopg.errors
 import typer
 from psycopg.conninfo import conninfo_to_dict
 from rich.console import Console
@@ -49,49 +44,29 @@ from coordinator.cli.common import (
     settings_from,
 )
 from coordinator.cli.tables import Column, print_table
-from coordinator.db import migrate
-from coordinator.db.ready import describe_database
 from coordinator.db.urls import libpq_url, redact
+from coordinator.pipeline import jobs
 from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
+from coordinator.pipeline.display import display_value
 from coordinator.pipeline.durations import parse_duration, parse_moment
-from coordinator.pipeline.report_page import display_value
-from coordinator.pipeline.session import MASTER_ENV, master_named, parse_conf
-
-# pyspark (the optional 'pipeline' extra) is imported when a job runs, so the
-# rest of the CLI starts fast and works without it.
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from coordinator.pipeline.audit import AuditResult
-    from coordinator.pipeline.manifest import RunManifest
-    from coordinator.pipeline.report import ReportOptions, ReportResult
+from coordinator.pipeline.jobs import Engine, SparkOptions
+from coordinator.pipeline.revision import require_current_revision
+from coordinator.pipeline.runner import JobError, Outcome, parsed, require_extra
+from coordinator.pipeline.session import MASTER_ENV
 
 EXIT_FAILED = 1
 EXIT_INCONSISTENT = 6
 EXIT_NOT_VERIFIED = 7
 EXIT_SCHEMA = 8
+EXIT_CODES = {
+    Outcome.failed: EXIT_FAILED,
+    Outcome.usage: EXIT_USAGE,
+    Outcome.refused: EXIT_REFUSED,
+    Outcome.unavailable: EXIT_UNAVAILABLE,
+    Outcome.not_verified: EXIT_NOT_VERIFIED,
+    Outcome.schema: EXIT_SCHEMA,
+}
 LOG_WIDTH = 160
-
-INSTALL_EXTRA = "pip install 'coordinator[pipeline]'"
-# Everything a job imports (pyspark, pyarrow, matplotlib), loaded up front so
-# a missing library is named before a database is started or Spark is.
-JOB_MODULES = (
-    # Spark's Arrow paths (mapInArrow, toArrow) import pandas when a job runs.
-    "pandas",
-    "coordinator.pipeline.session",
-    "coordinator.pipeline.progress",
-    "coordinator.pipeline.report",
-    "coordinator.pipeline.archive",
-    "coordinator.pipeline.audit",
-)
-# SQLSTATE classes of a database out of reach: connection exceptions, and a
-# server shutting down or starting (57P01..57P05; 57014, a cancelled query, is not).
-UNREACHABLE_SQLSTATES = ("08", "57P")
-_TRACEBACK = "Traceback (most recent call last):"
-_WORKER_ERROR = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$", re.MULTILINE)
-_PY4J_PREAMBLE = ("An error occurred while calling", "An exception was thrown from the Python")
-
-T = TypeVar("T")
 
 app = typer.Typer(
     help="Jobs over the coordinator's tables: lifecycle report, archive, audit.",
@@ -126,94 +101,22 @@ PARTITIONS_OPTION = typer.Option(
 )
 
 
-class Engine(StrEnum):
-    auto = "auto"
-    spark = "spark"
-    in_process = "in-process"
-
-
-def _report_with_spark(engine: Engine, master: str | None, conf: list[str] | None) -> bool:
-    """Whether the report runs as a Spark job; --engine in-process with Spark flags is bad usage."""
-    if engine is Engine.spark:
-        return True
-    if engine is Engine.in_process:
-        if master or conf:
-            flag = "--master" if master else "--conf"
-            raise _fail(
-                f"--engine in-process runs no Spark: {flag} has nothing to apply to "
-                "(drop it, or use --engine spark)",
-                EXIT_USAGE,
-            )
-        return False
-    return master_named(master) or bool(conf)
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    """fail() with the message on one line: Spark's and libpq's messages span several."""
-    return fail(" ".join(message.split()), code)
-
-
-def _usage(value: str, parse: Callable[[str], T]) -> T:
+@contextmanager
+def _job_errors() -> Iterator[None]:
+    """A job that did not run to its end: its sentence, and the exit code a scheduler acts on."""
     try:
-        return parse(value)
-    except ValueError as error:
-        raise _fail(str(error), EXIT_USAGE) from None
-
-
-def _partitions(spark: SparkSession, requested: int | None) -> int:
-    return requested or 2 * spark.sparkContext.defaultParallelism
-
-
-def _require_extra() -> None:
-    """Before any other work: the jobs' libraries are installed, else the command to get them."""
-    try:
-        for module in JOB_MODULES:
-            importlib.import_module(module)
-    except ImportError as error:
-        missing = error.name or str(error)
-        raise _fail(
-            f"the pipeline needs the 'pipeline' extra ({missing} is missing): {INSTALL_EXTRA}",
-            EXIT_FAILED,
-        ) from None
-
-
-def _known_revisions() -> set[str]:
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory(str(migrate.migrations_dir()))
-    return {revision.revision for revision in script.walk_revisions()}
+        yield
+    except JobError as error:
+        raise fail(str(error), EXIT_CODES[error.outcome]) from None
 
 
 def _current_database(ctx: typer.Context) -> str:
-    """The command's database, as it is: refused unless its schema is at this code's revision.
-
-    The jobs read (and the archive deletes) but never migrate: a database a
-    scheduler points them at is changed by `coordinator db upgrade`, by its
-    operator, or not at all; an empty one is not given a schema.
-    """
+    """The command's database, as it is: refused unless its schema is at this code's revision."""
     url = database_url(ctx)  # neither migrates nor creates an embedded database
     settings = settings_from(ctx)
     with database_errors(settings):
-        current = migrate.current_revisions(url)
-    expected = migrate.head_revisions()
-    if set(current) == set(expected):
-        return url
-    where = describe_database(settings)
-    wanted = ", ".join(expected)
-    if not current:
-        found = "has no coordinator schema"
-        remedy = "`coordinator db upgrade` creates it"
-    elif set(current) <= _known_revisions():
-        found = f"is at revision {', '.join(current)}"
-        remedy = "`coordinator db upgrade` migrates it"
-    else:
-        found = f"is at revision {', '.join(current)}, newer than this coordinator knows"
-        remedy = "run the pipeline of the coordinator that migrated it"
-    raise _fail(
-        f"the database ({where}) {found}; the pipeline needs revision {wanted} and never "
-        f"migrates a database itself: {remedy}",
-        EXIT_SCHEMA,
-    )
+        require_current_revision(url, settings)
+    return url
 
 
 def _producer_url(given: str | None, default: str) -> str:
@@ -224,100 +127,10 @@ def _producer_url(given: str | None, default: str) -> str:
     try:
         conninfo_to_dict(url)
     except psycopg.ProgrammingError as error:
-        raise _fail(
-            f"--producer-database-url is not a PostgreSQL URL: {redact(str(error))}", EXIT_USAGE
+        raise JobError(
+            f"--producer-database-url is not a PostgreSQL URL: {redact(str(error))}", Outcome.usage
         ) from None
     return url
-
-
-def _spark_log_level() -> str:
-    # A failed job is reported in one sentence; Spark's own log of it (stack
-    # traces of every failed task) is for -v.
-    return "WARN" if logging.getLogger().isEnabledFor(logging.INFO) else "OFF"
-
-
-def _run_job(master: str | None, conf: list[str] | None, job: Callable[[SparkSession], T]) -> T:
-    """Run a job in a Spark session; its failures become a sentence and an exit code."""
-    settings = _usage(",".join(conf or []), lambda _: parse_conf(conf))
-    from coordinator.pipeline.session import spark_session
-
-    def in_session() -> T:
-        with spark_session(master, settings, log_level=_spark_log_level()) as spark:
-            return job(spark)
-
-    return _guarded(in_session, spark=True)
-
-
-def _guarded(job: Callable[[], T], *, spark: bool) -> T:
-    """Run a job (in a Spark session, or without Spark); its failures become one
-    sentence and the exit code a scheduler can act on."""
-    from coordinator.pipeline.archive import ArchiveBusy, ArchiveError, ArchiveNotVerified
-    from coordinator.pipeline.audit import ProducerTableError
-
-    try:
-        return job()
-    except ArchiveBusy as error:
-        raise _fail(str(error), EXIT_REFUSED) from None
-    except ArchiveNotVerified as error:
-        raise _fail(str(error), EXIT_NOT_VERIFIED) from None
-    except ArchiveError as error:
-        raise _fail(str(error), EXIT_FAILED) from None
-    except ProducerTableError as error:
-        raise _fail(str(error), EXIT_USAGE) from None
-    except psycopg.Error as error:
-        reason = _first_line(str(error))
-        if isinstance(error, psycopg.OperationalError) and _unreachable(error.sqlstate):
-            raise _fail(f"cannot reach a database: {reason}", EXIT_UNAVAILABLE) from None
-        raise _fail(_job_failed(type(error).__name__, reason), EXIT_FAILED) from None
-    except (typer.Exit, KeyboardInterrupt):
-        raise
-    except Exception as error:  # Spark, file system: the job failed, a rerun is safe
-        if not spark:
-            failed = _job_failed(type(error).__name__, _first_line(str(error)))
-            raise _fail(failed, EXIT_FAILED) from None
-        raise _spark_failure(error) from None
-
-
-def _unreachable(sqlstate: str | None) -> bool:
-    """A connection that failed or was lost (no SQLSTATE), or a server going away."""
-    return sqlstate is None or sqlstate.startswith(UNREACHABLE_SQLSTATES)
-
-
-def _spark_failure(error: Exception) -> typer.Exit:
-    """A failure Spark reports: one line of it, exit 5 if a task could not reach a database."""
-    text = str(error)
-    # An error raised in a Python worker (a Spark task, the data source)
-    # reaches the driver as the worker's traceback text: its first line that
-    # is not indented is the exception's type and message.
-    _, traceback, raised_in_worker = text.partition(_TRACEBACK)
-    raised = _WORKER_ERROR.search(raised_in_worker) if traceback else None
-    if raised is None:
-        return _fail(_job_failed(type(error).__name__, _first_line(text), spark=True), EXIT_FAILED)
-    module, _, name = raised.group(1).rpartition(".")
-    message = raised.group(2) or "no message"
-    if module.split(".")[0] == "psycopg":
-        kind = getattr(psycopg.errors, name, None)
-        if (
-            isinstance(kind, type)
-            and issubclass(kind, psycopg.OperationalError)
-            and _unreachable(kind.sqlstate)
-        ):
-            return _fail(f"a Spark task cannot reach a database: {message}", EXIT_UNAVAILABLE)
-    return _fail(_job_failed(name, message, spark=True), EXIT_FAILED)
-
-
-def _job_failed(kind: str, message: str, *, spark: bool = False) -> str:
-    hint = ", -v shows Spark's log" if spark and _spark_log_level() == "OFF" else ""
-    return f"the job failed ({kind}: {message}); rerunning is safe{hint}"
-
-
-def _first_line(text: str) -> str:
-    """The first line that says something (py4j's own lines only name a Java method)."""
-    for line in text.splitlines():
-        line = line.strip().removeprefix(": ")
-        if line and not line.startswith(_PY4J_PREAMBLE):
-            return line
-    return text.strip()
 
 
 def _out() -> Console:
@@ -366,31 +179,22 @@ def report(
     ),
 ) -> None:
     """Lifecycle figures per producer group, topic and hour: Parquet, charts, HTML."""
-    moment = _usage(as_of, parse_moment) if as_of else None
-    with_spark = _report_with_spark(engine, master, conf)
-    _require_extra()
-    url = _current_database(ctx)
-
-    def options(reads: int) -> ReportOptions:
-        from coordinator.pipeline.report import ReportOptions
-
-        return ReportOptions(output, archive_dir, moment, reads, state_dir=state_dir, full=full)
-
-    def in_spark(spark: SparkSession) -> ReportResult:
-        from coordinator.pipeline.progress import ConsoleProgress
-        from coordinator.pipeline.report import run_report
-
-        chosen = options(_partitions(spark, partitions))
-        return run_report(spark, url, chosen, progress=ConsoleProgress(err_console, spark))
-
-    def in_process() -> ReportResult:
-        from coordinator.pipeline.progress import ConsoleProgress
-        from coordinator.pipeline.report import run_report
-
-        chosen = options(partitions or os.cpu_count() or 1)
-        return run_report(None, url, chosen, progress=ConsoleProgress(err_console))
-
-    result = _run_job(master, conf, in_spark) if with_spark else _guarded(in_process, spark=False)
+    spark = SparkOptions(master, tuple(conf or ()), partitions)
+    with _job_errors():
+        moment = parsed(as_of, parse_moment) if as_of else None
+        with_spark = jobs.report_uses_spark(engine, spark)
+        require_extra()
+        result = jobs.report(
+            _current_database(ctx),
+            output=output,
+            archive_dir=archive_dir,
+            as_of=moment,
+            state_dir=state_dir,
+            full=full,
+            with_spark=with_spark,
+            spark=spark,
+            progress=err_console,
+        )
     headers = {
         "producer_group": "group",
         "topic": "topic",
@@ -458,20 +262,19 @@ def archive(
     partitions: int | None = PARTITIONS_OPTION,
 ) -> None:
     """Copy resolved messages and their history to Parquet, verify, delete from PostgreSQL."""
-    age = _usage(older_than, parse_duration)
-    if age <= timedelta(0):
-        raise _fail("--older-than must be positive", EXIT_USAGE)
-    _require_extra()
-    url = _current_database(ctx)
-
-    def job(spark: SparkSession) -> list[RunManifest]:
-        from coordinator.pipeline.archive import ArchiveOptions, run_archive
-        from coordinator.pipeline.progress import ConsoleProgress
-
-        options = ArchiveOptions(archive_dir, age, batch_size, _partitions(spark, partitions))
-        return run_archive(spark, url, options, progress=ConsoleProgress(err_console, spark))
-
-    runs = _run_job(master, conf, job)
+    with _job_errors():
+        age = parsed(older_than, parse_duration)
+        if age <= timedelta(0):
+            raise fail("--older-than must be positive", EXIT_USAGE)
+        require_extra()
+        runs = jobs.archive(
+            _current_database(ctx),
+            archive_dir=archive_dir,
+            older_than=age,
+            batch_size=batch_size,
+            spark=SparkOptions(master, tuple(conf or ()), partitions),
+            progress=err_console,
+        )
     headers = ("run", "resolved before", "partitions", "messages", "history", "deleted", "kept")
     print_table(
         _out(),
@@ -541,36 +344,27 @@ def audit(
     partitions: int | None = PARTITIONS_OPTION,
 ) -> None:
     """List every inconsistency between the coordinator's outcomes and a producer's table."""
-    threshold = _usage(pending_longer_than, parse_duration)
-    moment = _usage(as_of, parse_moment) if as_of else None
-    _usage(match_on, parse_match_on)
-    _require_extra()
-    url = _current_database(ctx)
-    producer_url = _producer_url(producer_database_url, default=url)
-
-    def job(spark: SparkSession) -> AuditResult:
-        from coordinator.pipeline.audit import AuditOptions, ProducerTable, run_audit
-        from coordinator.pipeline.progress import ConsoleProgress
-
-        producer = ProducerTable(
-            url=producer_url,
+    with _job_errors():
+        threshold = parsed(pending_longer_than, parse_duration)
+        moment = parsed(as_of, parse_moment) if as_of else None
+        parsed(match_on, parse_match_on)
+        require_extra()
+        url = _current_database(ctx)
+        producer_url = _producer_url(producer_database_url, default=url)
+        request = jobs.AuditRequest(
+            producer_url=producer_url,
             table=table,
             key=key,
             committed_when=committed_when,
-        )
-        options = AuditOptions(
-            producer=producer,
             match_on=match_on,
             producer_groups=tuple(producer_group or ()),
             pending_longer_than=threshold,
             archive_dir=archive_dir,
-            output_dir=output,
+            output=output,
             as_of=moment,
-            partitions=_partitions(spark, partitions),
         )
-        return run_audit(spark, url, options, progress=ConsoleProgress(err_console, spark))
-
-    result = _run_job(master, conf, job)
+        spark = SparkOptions(master, tuple(conf or ()), partitions)
+        result = jobs.audit(url, request, spark=spark, progress=err_console)
 
     columns = ("kind", "message_offset", "transaction_id", "producer_group", "topic", "state")
     columns += ("local_outcome", "born_at")

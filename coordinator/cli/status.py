@@ -25,7 +25,7 @@ from coordinator.cli.common import JSON_OPTION, console, open_core, print_json, 
 from coordinator.cli.tables import Column, fitted
 from coordinator.core import Coordinator
 from coordinator.domain.overview import MAX_MINUTES, MinuteCounts, Overview
-from coordinator.http.overview_schemas import OverviewOut
+from coordinator.views.overview import OverviewOut
 
 SPARKS = " ▁▂▃▄▅▆▇█"
 BAR = "█"

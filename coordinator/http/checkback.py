@@ -23,14 +23,13 @@ from coordinator.http.checkback_schemas import (
     CheckRequestOut,
     ChecksOut,
     HeartbeatIn,
-    ProducerOut,
-    ProducersOut,
 )
 from coordinator.http.fields import GroupName, InstanceId
 from coordinator.http.openapi import DocumentedRoute, errors, example
 from coordinator.http.routes import coordinator
 from coordinator.http.security import json_body, long_poll, principal
 from coordinator.metrics import exposition, set_database_gauges
+from coordinator.views.producers import ProducerOut, ProducersOut
 
 router = APIRouter(route_class=DocumentedRoute)
 

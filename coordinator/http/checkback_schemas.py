@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 from coordinator.http.fields import CheckUrl
-from coordinator.http.message_schemas import MessageFieldsOut, RecordOut, RequestIn
+from coordinator.http.message_schemas import RequestIn
+from coordinator.views.records import MessageFieldsOut
 
 
 class HeartbeatIn(RequestIn):
@@ -20,23 +18,6 @@ class HeartbeatIn(RequestIn):
         ),
         examples=["http://10.0.0.7:9000/check"],
     )
-
-
-class ProducerOut(RecordOut):
-    producer_group: str
-    instance_id: str
-    check_url: str | None
-    mode: Literal["pull", "push"]
-    registered_at: datetime
-    last_seen_at: datetime
-    live: bool
-    ttl_seconds: float = Field(
-        description="Not heard from for this long, the instance is not live: heartbeat well within."
-    )
-
-
-class ProducersOut(BaseModel):
-    producers: list[ProducerOut]
 
 
 class CheckRequestOut(MessageFieldsOut):

@@ -31,7 +31,9 @@ from coordinator.http.fields import (
     Topic,
     WaitSeconds,
 )
-from coordinator.http.message_schemas import MessageFieldsOut, RecordOut, RequestIn
+from coordinator.http.message_schemas import RequestIn
+from coordinator.views.consumers import SubscriptionOut
+from coordinator.views.records import MessageFieldsOut, RecordOut
 
 
 class SubscriptionIn(RequestIn):
@@ -53,22 +55,8 @@ class SubscriptionIn(RequestIn):
     )
 
 
-class SubscriptionOut(RecordOut):
-    consumer_group: str
-    topic: str
-    expression: str
-    tags: list[str] | None = Field(description="The parsed tags; null for '*'.")
-    fifo: bool
-    max_delivery_attempts: int
-    created_at: datetime
-
-
 class SubscribeOut(SubscriptionOut):
     created: bool = Field(description="False when an existing subscription was changed.")
-
-
-class SubscriptionsOut(BaseModel):
-    subscriptions: list[SubscriptionOut]
 
 
 class ReceiveIn(RequestIn):
@@ -132,34 +120,9 @@ class ChangeInvisibleDurationOut(RecordOut):
     delivery_attempt: int
 
 
-class DeadLetterOut(MessageFieldsOut):
-    id: int
-    consumer_group: str
-    attempts: int
-    committed_at: datetime
-    dead_at: datetime
-
-
-class DeadLettersOut(BaseModel):
-    dead_letters: list[DeadLetterOut]
-
-
 class RequeueAllIn(RequestIn):
     topic: Topic | None = Field(default=None, description="Only this topic's dead letters.")
 
 
 class RequeueOut(BaseModel):
     requeued: int
-
-
-class ConsumerLagOut(RecordOut):
-    consumer_group: str
-    topic: str
-    lag: int = Field(description="Committed messages not yet acked (in flight included).")
-    in_flight: int
-    dead_letters: int
-    oldest_pending_at: datetime | None
-
-
-class ConsumerLagsOut(BaseModel):
-    lag: list[ConsumerLagOut]

@@ -27,10 +27,6 @@ from coordinator.http.consumer_schemas import (
     AckOut,
     ChangeInvisibleDurationIn,
     ChangeInvisibleDurationOut,
-    ConsumerLagOut,
-    ConsumerLagsOut,
-    DeadLetterOut,
-    DeadLettersOut,
     ReceivedMessageOut,
     ReceiveIn,
     ReceiveOut,
@@ -38,13 +34,19 @@ from coordinator.http.consumer_schemas import (
     RequeueOut,
     SubscribeOut,
     SubscriptionIn,
-    SubscriptionOut,
-    SubscriptionsOut,
 )
 from coordinator.http.fields import GroupName, PageLimit, Topic
 from coordinator.http.openapi import DocumentedRoute, described, example
 from coordinator.http.routes import coordinator
 from coordinator.http.security import json_body, long_poll, principal
+from coordinator.views.consumers import (
+    ConsumerLagOut,
+    ConsumerLagsOut,
+    DeadLetterOut,
+    DeadLettersOut,
+    SubscriptionOut,
+    SubscriptionsOut,
+)
 
 GROUP = "/v1/consumer-groups/{consumer_group}"
 

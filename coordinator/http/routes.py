@@ -21,7 +21,6 @@ from coordinator.core import Coordinator
 from coordinator.domain.access import Principal
 from coordinator.domain.messages import EndRequest, MessageRecord
 from coordinator.domain.rules import ID_MAX_LENGTH, OFFSET_MAX
-from coordinator.http.consumer_schemas import ConsumerLagOut
 from coordinator.http.fields import MessageId
 from coordinator.http.openapi import DocumentedRoute, described, example
 from coordinator.http.schemas import (
@@ -34,7 +33,6 @@ from coordinator.http.schemas import (
     ErrorOut,
     HealthOut,
     MessageIn,
-    MessageOut,
     SendResultOut,
     StateCountOut,
     StatusOut,
@@ -43,6 +41,8 @@ from coordinator.http.schemas import (
     send_result_json,
 )
 from coordinator.http.security import principal
+from coordinator.views.consumers import ConsumerLagOut
+from coordinator.views.messages import MessageOut
 
 # What only these routes know of their errors; openapi.DocumentedRoute adds
 # what follows from what each route takes (auth, body, names, the database).

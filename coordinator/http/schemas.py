@@ -30,13 +30,11 @@ from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import (
     EndRequest,
     EndResult,
-    MessageRecord,
     NewMessage,
     SendResult,
 )
 from coordinator.domain.rules import ID_MAX_LENGTH
 from coordinator.domain.states import Resolution
-from coordinator.http.consumer_schemas import ConsumerLagOut
 from coordinator.http.fields import (
     BodyBase64,
     BodyText,
@@ -49,7 +47,8 @@ from coordinator.http.fields import (
     Tag,
     Topic,
 )
-from coordinator.http.message_schemas import MessageFieldsOut, RecordOut, RequestIn
+from coordinator.http.message_schemas import RequestIn
+from coordinator.views.consumers import ConsumerLagOut
 
 
 class MessageIn(RequestIn):
@@ -229,34 +228,6 @@ class EndResultOut(BaseModel):
 def end_result_json(result: EndResult) -> dict[str, object]:
     """EndResultOut as a plain dict, for the hot routes that skip re-validation."""
     return {**_stored_json(result), "changed": result.changed}
-
-
-class HistoryOut(RecordOut):
-    at: datetime
-    source: str
-    from_state: str | None
-    to_state: str
-    detail: str | None
-
-
-class MessageOut(MessageFieldsOut):
-    kind: str
-    state: str
-    check_count: int
-    check_immunity_seconds: float | None
-    next_check_at: datetime | None
-    resolved_at: datetime | None
-    resolution_source: str | None
-    history: list[HistoryOut]
-
-    @classmethod
-    def of(cls, record: MessageRecord) -> MessageOut:
-        immunity = record.check_immunity
-        return super().of(
-            record,
-            check_immunity_seconds=immunity.total_seconds() if immunity else None,
-            history=[HistoryOut.of(h) for h in record.history],
-        )
 
 
 class StateCountOut(BaseModel):

@@ -20,9 +20,9 @@ from coordinator.core import Coordinator
 from coordinator.domain.access import Principal
 from coordinator.domain.overview import DEFAULT_MINUTES, MAX_MINUTES
 from coordinator.http.openapi import DocumentedRoute
-from coordinator.http.overview_schemas import OverviewOut
 from coordinator.http.routes import coordinator
 from coordinator.http.security import principal
+from coordinator.views.overview import OverviewOut
 
 STATIC = "/static"
 POLICY = (

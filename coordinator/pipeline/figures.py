@@ -7,7 +7,7 @@ figures as SQL are the named queries `pipeline_report_reference` (per hour),
 the tests hold the two to each other.
 
 1. Over the rows, in parallel slices (`reduce_rows`: in Spark's Python
-   workers, report_spark.py, or in threads of the command, report_arrow.py):
+   workers, report/spark.py, or in threads of the command, report/arrow.py):
    per producer group, topic, hour of birth (UTC) and check count, the
    counts by state and the values the percentiles need, the latencies and
    the birth times of the still prepared messages (8 bytes per message,
@@ -15,7 +15,7 @@ the tests hold the two to each other.
 2. The driver (`compact`, then `rollup`, numpy on those few rows): figures per hour, in
    total per producer group and topic, and the check-count distribution.
    Partials of hours that can no longer change are what the incremental
-   report keeps (report_state.py): their rollup needs no row again.
+   report keeps (report/state.py): their rollup needs no row again.
 
 The figures:
 

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 import coordinator.pipeline.__main__ as pipeline_main
 from coordinator.cli import app
-from coordinator.cli.pipeline import _run_job
+from coordinator.cli.pipeline import _job_errors
+from coordinator.pipeline.runner import run_in_spark
 from coordinator.pipeline.source import FORMAT
 from tests.pipeline.data import add_message
 
@@ -166,6 +167,12 @@ def test_an_unreachable_producer_database_exits_5(
     assert line.startswith("error: cannot reach a database: ") and "/nonexistent" in line
 
 
+def _run_job(job: Callable[[SparkSession], object]) -> object:
+    """A job run as the commands run theirs: its failure as a sentence and an exit code."""
+    with _job_errors():
+        return run_in_spark(None, None, job)
+
+
 def _read_unreachable(with_schema: bool) -> Callable[[SparkSession], int]:
     def job(session: SparkSession) -> int:
         # Without a schema the data source asks the database for one when the
@@ -182,7 +189,7 @@ def test_a_database_spark_cannot_reach_exits_5_with_one_sentence(
     spark: SparkSession, capsys: pytest.CaptureFixture[str], with_schema: bool
 ) -> None:
     with pytest.raises(typer.Exit) as stopped:
-        _run_job(None, None, _read_unreachable(with_schema))
+        _run_job(_read_unreachable(with_schema))
     assert stopped.value.exit_code == 5
     (line,) = capsys.readouterr().err.splitlines()
     assert line == (
@@ -195,7 +202,7 @@ def test_a_failed_spark_job_exits_1_with_one_sentence(
     spark: SparkSession, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     with pytest.raises(typer.Exit) as stopped:
-        _run_job(None, None, lambda session: session.read.parquet(str(tmp_path / "none")).count())
+        _run_job(lambda session: session.read.parquet(str(tmp_path / "none")).count())
     assert stopped.value.exit_code == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: the job failed (AnalysisException: [PATH_NOT_FOUND] Path ")
@@ -206,7 +213,7 @@ def test_a_failed_spark_job_exits_1_with_one_sentence(
         return numbers.map(lambda n: [][n]).collect()
 
     with pytest.raises(typer.Exit) as stopped:
-        _run_job(None, None, fails_in_a_task)
+        _run_job(fails_in_a_task)
     assert stopped.value.exit_code == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: the job failed (IndexError: list index out of range); ")

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from bench.report_figures import assert_equal_figures, assert_same_datasets, sql_figures
 from coordinator.cli import app
-from coordinator.pipeline import report_state
 from coordinator.pipeline.archive import ArchiveOptions, run_archive
 from coordinator.pipeline.report import ReportOptions, ReportResult, run_report
+from coordinator.pipeline.report import state as report_state
 from tests.pipeline.data import seed
 
 

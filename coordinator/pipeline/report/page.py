@@ -15,6 +15,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from coordinator.pipeline.display import display_value
+
 MAX_TABLE_ROWS = 200
 
 _STYLE = """
@@ -41,19 +43,6 @@ td.name { white-space: normal; overflow-wrap: anywhere; min-width: 5rem; }
   th, td { padding: 0.3rem 0.3rem; }
 }
 """
-
-
-def display_value(value: Any, *, decimals: int) -> str:
-    """A figure as people read it: thousands separated, times to the second, None as '-'."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{decimals}f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    return str(value)
 
 
 def duration(seconds: float | None) -> str:

@@ -1,6 +1,6 @@
 """The report's input read and reduced in the command's own process: no Spark, no JVM.
 
-The same reads and the same reduction as the Spark job (report_spark.py),
+The same reads and the same reduction as the Spark job (spark.py),
 with threads for Spark's tasks: PostgreSQL in ranges of the message offset,
 each range through its own binary COPY into Arrow (columnar.py), the
 archive's birth-date partitions through pyarrow's Parquet reader, every
@@ -36,7 +36,7 @@ from coordinator.pipeline.figures import (
     reduce_rows,
 )
 from coordinator.pipeline.pgtypes import arrow_schema, spark_schema
-from coordinator.pipeline.report_input import BirthRanges, ReportInput
+from coordinator.pipeline.report.input import BirthRanges, ReportInput
 from coordinator.pipeline.source import ARROW, ColumnarPlan, QuerySlice, ReadSpec, plan_slices
 
 # Rows per Arrow batch: large enough that reducing a batch costs little more
@@ -131,7 +131,7 @@ def _not_live(batches: Iterable[pa.RecordBatch], live_ids: pa.Array) -> Iterator
 
 
 def read_partials(source: ReportInput, partitions: int, progress: Progress) -> pa.Table:
-    """The input's partial figures, one row per key (as report_spark.read_partials)."""
+    """The input's partial figures, one row per key (as spark.read_partials)."""
     root = source.archive_dir
     files = day_files(root, MESSAGES, source.archive_days) if root is not None else []
     maybe_live = [path for path in files if source.overlaps(str(path))]

@@ -1,4 +1,5 @@
-"""The body of GET /v1/overview, which the status page reads (also `coordinator status --json`).
+"""The overview: the body of GET /v1/overview (read by the status page) and of
+`coordinator status --json`.
 
 Durations are in seconds (floats), times in ISO 8601 with their offset.
 """
@@ -11,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from coordinator.domain.overview import COUNT_LIMIT, RECENT_CHECK_SECONDS, Overview
 from coordinator.domain.states import CheckStatus
-from coordinator.http.message_schemas import RecordOut
+from coordinator.views.records import RecordOut
 
 
 class AgeBucketOut(RecordOut):

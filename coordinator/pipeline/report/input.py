@@ -4,7 +4,7 @@ The live half messages come from one named query: every row
 (pipeline_report_messages), or, for an incremental run, those born in the
 ranges of birth its plan names (pipeline_report_messages_born_in). The
 archive adds its rows of the birth dates those ranges touch. Both engines
-(report_spark.py on Spark, report_arrow.py in the command's process) read
+(spark.py on Spark, arrow.py in the command's process) read
 exactly this, and each half message once: live rows win over archived ones.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from coordinator.pipeline.archive_layout import MESSAGES, archive_days, run_file_prefix
 from coordinator.pipeline.manifest import runs_dir, unfinished_runs
-from coordinator.pipeline.report_state import ReadPlan
+from coordinator.pipeline.report.state import ReadPlan
 
 BirthRanges = list[tuple[datetime, datetime | None]]  # [start, end); None: no end
 

@@ -11,14 +11,14 @@ and writes them as Parquet datasets, PNG charts and one HTML page:
     OUT/consumer_lag/        the consumer_lag view at report time
     OUT/charts/*.png
     OUT/report.html
-    STATE (default OUT/_state/)   the closed hours' partial figures (report_state.py)
+    STATE (default OUT/_state/)   the closed hours' partial figures (state.py)
 
 Incremental: the rows of hours closed at a previous run are not read again
 (unless one of their messages changed since); their stored partials stand in
-for them. The rest (report_input.py: PostgreSQL by ranges of born_at, the
+for them. The rest (input.py: PostgreSQL by ranges of born_at, the
 archive by its birth-date partitions) is read and reduced to partial figures
-by one Spark job (report_spark.py) or by threads of this process
-(report_arrow.py, no JVM); this process rolls everything up and writes the
+by one Spark job (spark.py) or by threads of this process
+(arrow.py, no JVM); this process rolls everything up and writes the
 outputs.
 """
 
@@ -37,11 +37,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from coordinator.db.queries import execute_sync
-from coordinator.pipeline import charts, report_arrow, report_page
-from coordinator.pipeline import report_state as states
+from coordinator.pipeline import charts
 from coordinator.pipeline.figures import STATES, Rollup, rollup
 from coordinator.pipeline.progress import JobProgress, QuietProgress, StepTimes
-from coordinator.pipeline.report_input import report_input
+from coordinator.pipeline.report import arrow, page
+from coordinator.pipeline.report import state as states
+from coordinator.pipeline.report.input import report_input
 
 if TYPE_CHECKING:  # Spark is one of two engines: imported when a session is given
     from pyspark.sql import SparkSession
@@ -299,12 +300,12 @@ def run_report(
     source = report_input(url, options.archive_dir, read)
     if spark is None:
         with timed.step("read", "reading half messages and reducing them (in this process)"):
-            computed = report_arrow.read_partials(source, options.partitions, timed.tasks)
+            computed = arrow.read_partials(source, options.partitions, timed.tasks)
     else:
-        from coordinator.pipeline import report_spark
+        from coordinator.pipeline.report import spark as spark_job
 
         with timed.step("read", "reading half messages and reducing them (Spark)"):
-            computed = report_spark.read_partials(spark, source, options.partitions)
+            computed = spark_job.read_partials(spark, source, options.partitions)
     database_rows = int(pc.sum(computed.column("messages")).as_py() or 0)
     archive_rows = int(pc.sum(computed.column("archive_rows")).as_py() or 0)
     database_rows -= archive_rows
@@ -355,7 +356,7 @@ def run_report(
         datasets = ["figures_hourly", "figures_total", "check_counts"] + (
             ["consumer_lag"] if lag is not None else []
         )
-        page = report_page.render(
+        text = page.render(
             as_of=as_of,
             sources=sources,
             headline=headline,
@@ -366,7 +367,7 @@ def run_report(
             relative_to=out,
         )
         html = out / "report.html"
-        html.write_text(page)
+        html.write_text(text)
     return ReportResult(
         output_dir=out,
         as_of=as_of,

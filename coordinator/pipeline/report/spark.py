@@ -24,7 +24,7 @@ from coordinator.pipeline.figures import (
     epoch_micros,
     reduce_rows,
 )
-from coordinator.pipeline.report_input import BirthRanges, ReportInput
+from coordinator.pipeline.report.input import BirthRanges, ReportInput
 from coordinator.pipeline.tables import (
     MESSAGES,
     read_archive_days,
@@ -48,7 +48,7 @@ def _with_archive(live: DataFrame, archived: DataFrame, source: ReportInput) -> 
     """Live rows plus archived ones, each offset once (live wins).
 
     Only the files of an archive run not done can hold a message PostgreSQL
-    still has (report_input.overlapping_runs): only their rows are checked
+    still has (input.overlapping_runs): only their rows are checked
     against the live offsets (a second read of PostgreSQL, which most runs
     never need).
     """

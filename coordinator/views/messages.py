@@ -1,0 +1,36 @@
+"""A stored message with its state and history, as the lookups by id or offset show it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from coordinator.domain.messages import MessageRecord
+from coordinator.views.records import MessageFieldsOut, RecordOut
+
+
+class HistoryOut(RecordOut):
+    at: datetime
+    source: str
+    from_state: str | None
+    to_state: str
+    detail: str | None
+
+
+class MessageOut(MessageFieldsOut):
+    kind: str
+    state: str
+    check_count: int
+    check_immunity_seconds: float | None
+    next_check_at: datetime | None
+    resolved_at: datetime | None
+    resolution_source: str | None
+    history: list[HistoryOut]
+
+    @classmethod
+    def of(cls, record: MessageRecord) -> MessageOut:
+        immunity = record.check_immunity
+        return super().of(
+            record,
+            check_immunity_seconds=immunity.total_seconds() if immunity else None,
+            history=[HistoryOut.of(h) for h in record.history],
+        )
