@@ -6,6 +6,9 @@ consumer group for its invisible duration; acking it by receipt handle ends
 its delivery; a message not acked in time is delivered again, with a higher
 delivery attempt, until the subscription's max delivery attempts send it to
 the group's dead-letter queue.
+
+Long on purpose: each sync class stands next to its asyncio twin, so that a
+change to one is seen beside the other (as in producer.py).
 """
 
 from __future__ import annotations

@@ -34,6 +34,10 @@ Every HTTP request passes here, so here each is counted and timed by its
 route template (metrics.py) and gets its access line (logs.py): a hot route's
 template is in its table, FastAPI's router leaves the route it chose in the
 scope.
+
+Long on purpose: the table built at startup and the dispatch that reads it
+are one hot path and change together; apart, each would need the other's
+internals.
 """
 
 from __future__ import annotations

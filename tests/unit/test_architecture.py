@@ -379,3 +379,18 @@ def test_the_settings_rule_sees_a_service_that_takes_them(tmp_path: Path) -> Non
         "    def __init__(self, settings: Settings) -> None: ...\n"
     )
     assert sorted(_names_settings(service)) == [1, 4]
+
+
+# Past this many lines a module says at its top why it is one module.
+LONGEST_MODULE = 400
+LONG_ON_PURPOSE = "Long on purpose:"
+
+
+def test_a_long_module_says_why_at_its_top() -> None:
+    unexplained = {
+        f"{name} ({lines} lines)"
+        for name, path in _modules().items()
+        if (lines := len(path.read_text().splitlines())) > LONGEST_MODULE
+        and LONG_ON_PURPOSE not in (ast.get_docstring(ast.parse(path.read_text())) or "")
+    }
+    assert unexplained == set()
