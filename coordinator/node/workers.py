@@ -11,11 +11,9 @@ from __future__ import annotations
 import logging
 import logging.config
 import multiprocessing
-import multiprocessing.synchronize
 import signal
 import socket
 import threading
-from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any
@@ -32,12 +30,6 @@ WATCH_SECONDS = 0.5
 STARTUP_FAILURE = 3
 
 
-@dataclass
-class _Worker:
-    process: BaseProcess
-    ready: multiprocessing.synchronize.Event
-
-
 def serve_workers(
     database_url: str,
     settings: Settings,
@@ -47,8 +39,9 @@ def serve_workers(
 ) -> int:
     """Run the workers until SIGTERM or SIGINT; 0, or 1 if a worker could not start.
 
-    A worker that dies after it served is replaced; one that dies before it
-    served stops them all, since its replacement would fail the same way.
+    A worker that dies is replaced, unless it failed to start its node (its
+    exit status says so): then its replacement would fail the same way, and
+    all of them stop.
     """
     spawn = multiprocessing.get_context("spawn")
     stop = threading.Event()
@@ -58,42 +51,39 @@ def serve_workers(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
-    def start() -> _Worker:
-        ready = spawn.Event()
+    def start() -> BaseProcess:
         process = spawn.Process(
             target=_worker,
-            args=(database_url, settings, http_socket, log_config, ready),
+            args=(database_url, settings, http_socket, log_config),
             name="coordinator-worker",
         )
         process.start()
-        return _Worker(process, ready)
+        return process
 
     status = 0
     running = [start() for _ in range(workers)]
     try:
         while not stop.wait(WATCH_SECONDS):
             for index, worker in enumerate(running):
-                if worker.process.is_alive():
+                if worker.is_alive():
                     continue
-                if not worker.ready.is_set():
-                    log.error(
-                        "a worker failed to start (exit %s): stopping", worker.process.exitcode
-                    )
+                if worker.exitcode == STARTUP_FAILURE:
+                    log.error("a worker failed to start: stopping")
                     status = 1
                     stop.set()
                     break
                 log.warning(
                     "worker %s died (exit %s): starting another",
-                    worker.process.pid,
-                    worker.process.exitcode,
+                    worker.pid,
+                    worker.exitcode,
                 )
                 running[index] = start()
     finally:
         for worker in running:
-            if worker.process.is_alive():
-                worker.process.terminate()  # SIGTERM: the worker's node stops gracefully
+            if worker.is_alive():
+                worker.terminate()  # SIGTERM: the worker's node stops gracefully
         for worker in running:
-            worker.process.join()
+            worker.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status
@@ -104,11 +94,11 @@ def _worker(
     settings: Settings,
     http_socket: socket.socket,
     log_config: dict[str, Any],
-    ready: multiprocessing.synchronize.Event,
 ) -> None:
     logging.config.dictConfig(log_config)
+    started = threading.Event()
     try:
-        serve_node(database_url, settings, [http_socket], on_started=ready.set)
+        serve_node(database_url, settings, [http_socket], on_started=started.set)
     except Exception:
         log.exception("the worker stopped")
-        raise SystemExit(STARTUP_FAILURE if not ready.is_set() else 1) from None
+        raise SystemExit(1 if started.is_set() else STARTUP_FAILURE) from None

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psutil
 import psycopg
 import pytest
 
@@ -286,3 +287,64 @@ def test_serve_answers_a_request_that_does_not_arrive_in_time_with_408(
     head, body = answer.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
     assert json.loads(body)["error"] == "request_timeout"
+
+
+def _workers_of(parent: psutil.Process) -> list[psutil.Process]:
+    # spawn's children run `spawn_main`; its resource tracker is a child too.
+    return [
+        child
+        for child in parent.children()
+        if any("spawn_main" in part for part in child.cmdline())
+    ]
+
+
+def test_a_worker_that_dies_after_it_served_is_replaced(tmp_path: Path, database_url: str) -> None:
+    with serve_process(
+        cwd=tmp_path, global_args=["--database-url", database_url], serve_args=["--workers", "2"]
+    ) as server:
+        parent = psutil.Process(server.process.pid)
+        deadline = time.monotonic() + 60
+        while len(workers := _workers_of(parent)) < 2:
+            assert time.monotonic() < deadline, "two workers never ran"
+            time.sleep(0.1)
+        victim = workers[0]
+        victim.kill()
+        victim.wait(timeout=30)
+        while {w.pid for w in _workers_of(parent)} & {victim.pid} or len(_workers_of(parent)) < 2:
+            assert time.monotonic() < deadline + 60, "the dead worker was not replaced"
+            time.sleep(0.1)
+        # Every connection is served, whichever worker the kernel hands it to.
+        assert all(sent["state"] == "prepared" for sent in _prepare(server.url, 10))
+        server.process.terminate()
+        assert server.process.wait(timeout=60) == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_node_that_cannot_start_ends_serve_with_a_sentence(
+    tmp_path: Path, database_url: str, workers: str
+) -> None:
+    # More connections than PostgreSQL allows (100): the node's pool never
+    # opens; the database itself answers serve's own checks before.
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
+    environment.update(COORDINATOR_POOL_MIN_SIZE="150", COORDINATOR_POOL_MAX_SIZE="150")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coordinator",
+            "--database-url",
+            database_url,
+            "serve",
+            "--port",
+            str(free_port()),
+            "--workers",
+            workers,
+        ],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the coordinator did not start" in done.stderr, done.stderr
