@@ -85,11 +85,11 @@ async def seed(core: Coordinator, db: psycopg.Connection) -> Seeded:
     expire = await core.transactions.prepare(_half(ORDER_SVC, ORDERS, 11))
     db.execute(
         "UPDATE messages SET check_count = %s, next_check_at = now() WHERE id = %s",
-        (core.settings.check_max, discard.offset),
+        (core.configs.checkback.check_max, discard.offset),
     )
     db.execute(
         "UPDATE messages SET born_at = now() - %s, next_check_at = now() WHERE id = %s",
-        (timedelta(hours=core.settings.retention_hours + 1), expire.offset),
+        (timedelta(hours=core.configs.checkback.retention_hours + 1), expire.offset),
     )
 
     # Pending half messages of order-svc, one per age bucket; the two oldest

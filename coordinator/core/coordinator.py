@@ -25,8 +25,6 @@ class Coordinator:
         self, pool: CoordinatorPool, settings: Settings, notifier: Notifier | None = None
     ) -> None:
         self.pool = pool
-        # For the doors, which read their own settings here; no service gets them.
-        self.settings = settings
         self.configs = configs = ServiceConfigs.from_settings(settings)
         # Long polls (check requests, receives) wait on the notifier; without
         # one (CLI commands) they fall back to polling.

@@ -31,6 +31,8 @@ def create_app(settings: Settings | None = None) -> HotRoutes:
         docs_url=None,
         redoc_url=None,
     )
+    # What the routes read of the settings that is the door's own (metrics_open).
+    app.state.settings = settings
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(consumers_router)

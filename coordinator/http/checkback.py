@@ -66,7 +66,7 @@ async def heartbeat(
     producer = await core.checkback.heartbeat(
         producer_group, instance_id, body.check_url if body else None
     )
-    return ProducerOut.of(producer, ttl_seconds=core.settings.producer_ttl_seconds)
+    return ProducerOut.of(producer, ttl_seconds=core.configs.checkback.producer_ttl_seconds)
 
 
 @router.delete(
@@ -97,7 +97,7 @@ async def list_producers(
     else:
         caller.require_producer_group(producer_group)
     found = await core.checkback.producers(producer_group)
-    ttl = core.settings.producer_ttl_seconds
+    ttl = core.configs.checkback.producer_ttl_seconds
     return ProducersOut(producers=[ProducerOut.of(p, ttl_seconds=ttl) for p in found])
 
 
@@ -148,7 +148,7 @@ async def prometheus_metrics(
     request: Request, core: Coordinator = Depends(coordinator)
 ) -> Response:
     # Not Depends(principal): with metrics_open a scraper sends no token at all.
-    if not core.settings.metrics_open:
+    if not request.app.state.settings.metrics_open:
         authenticator: Authenticator = request.app.state.authenticator
         authenticator.authenticate(request.headers.get("authorization")).require_metrics()
     await core.checkback.refresh_gauges()
