@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from coordinator.config import Settings
+from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
 from coordinator.domain.access import Principal
 from coordinator.domain.errors import CoordinatorError, InvalidMessage
@@ -28,6 +30,19 @@ log = logging.getLogger(__name__)
 INTERNAL = "the coordinator failed on this request (see its log); retry it"
 
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
+
+
+class DoorPart:
+    """What each part of the door works with: the core, the authenticator (HTTP's),
+    the door's settings and the protocol's modules."""
+
+    def __init__(
+        self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
+    ) -> None:
+        self.core = core
+        self.authenticator = authenticator
+        self.settings = settings
+        self.stubs = stubs
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,15 @@ from coordinator.domain.rules import (
     SUBSCRIBE_ALL,
 )
 from coordinator.grpc import convert
-from coordinator.grpc.calls import INTERNAL, answered, caller_of, group_of, overall, topic_of
+from coordinator.grpc.calls import (
+    INTERNAL,
+    DoorPart,
+    answered,
+    caller_of,
+    group_of,
+    overall,
+    topic_of,
+)
 from coordinator.grpc.status import DoorError, Unreadable, error_status, status
 from coordinator.grpc.stubs import Stubs
 
@@ -55,16 +63,13 @@ _ACK_ANSWERS = {
 }
 
 
-class Consuming:
+class Consuming(DoorPart):
     """The consumers' RPCs, each a thin call into the core's delivery."""
 
     def __init__(
         self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
     ) -> None:
-        self.core = core
-        self.authenticator = authenticator
-        self.settings = settings
-        self.stubs = stubs
+        super().__init__(core, authenticator, settings, stubs)
         # (group, topic) -> expression last written, so that a receive which
         # restates an unchanged subscription costs no database round trip.
         self._subscribed: dict[tuple[str, str], str] = {}

@@ -10,28 +10,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from coordinator.config import Settings
-from coordinator.core import Coordinator
-from coordinator.core.auth import Authenticator
 from coordinator.domain.access import Principal
 from coordinator.domain.errors import CoordinatorError, InvalidMessage
 from coordinator.domain.messages import EndRequest, SendResult
 from coordinator.grpc import convert
-from coordinator.grpc.calls import answered, caller_of, overall, topic_of
+from coordinator.grpc.calls import DoorPart, answered, caller_of, overall, topic_of
 from coordinator.grpc.status import DoorError, error_status, status
-from coordinator.grpc.stubs import Stubs
 
 
-class Producing:
+class Producing(DoorPart):
     """SendMessage and EndTransaction, each a thin call into the core."""
-
-    def __init__(
-        self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
-    ) -> None:
-        self.core = core
-        self.authenticator = authenticator
-        self.settings = settings
-        self.stubs = stubs
 
     @answered("SendMessageResponse")
     async def SendMessage(self, request: Any, context: Any) -> Any:

@@ -35,7 +35,7 @@ from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.errors import CoordinatorError, DatabaseUnavailable, InvalidMessage
 from coordinator.domain.rules import SUBSCRIBE_ALL, check_instance, check_topic
 from coordinator.grpc import convert
-from coordinator.grpc.calls import Caller
+from coordinator.grpc.calls import Caller, DoorPart
 from coordinator.grpc.status import DoorError, Unreadable, error_status, status
 from coordinator.grpc.stubs import Stubs
 
@@ -55,16 +55,13 @@ REQUEST_TIMEOUT_SECONDS = 3.0
 Subscribe = Callable[[str, str, str, bool | None], Awaitable[None]]
 
 
-class TelemetryDoor:
+class TelemetryDoor(DoorPart):
     """Every open Telemetry stream of this server, by client id."""
 
     def __init__(
         self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
     ) -> None:
-        self.core = core
-        self.authenticator = authenticator
-        self.settings = settings
-        self.stubs = stubs
+        super().__init__(core, authenticator, settings, stubs)
         self.on_subscription: Subscribe | None = None
         self._streams: dict[str, set[_Stream]] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
