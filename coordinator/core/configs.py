@@ -10,7 +10,8 @@ depends on is written in its config, and a test builds one with a few values.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from coordinator.config import Settings
 
@@ -108,45 +109,34 @@ class ServiceConfigs:
     def from_settings(cls, settings: Settings) -> ServiceConfigs:
         secret = settings.check_push_secret
         return cls(
-            transactions=TransactionsConfig(
-                max_batch_size=settings.max_batch_size,
-                max_body_bytes=settings.max_body_bytes,
-                max_properties_bytes=settings.max_properties_bytes,
-                max_check_immunity_seconds=settings.max_check_immunity_seconds,
-                reject_transactional_messages=settings.reject_transactional_messages,
-                transaction_timeout_seconds=settings.transaction_timeout_seconds,
-                group_commit_max_batch=settings.group_commit_max_batch,
-                group_commit_max_inflight=settings.group_commit_max_inflight,
-            ),
-            delivery=DeliveryConfig(max_long_poll_seconds=settings.max_long_poll_seconds),
-            checkback=CheckBackConfig(
-                producer_ttl_seconds=settings.producer_ttl_seconds,
-                producer_forget_seconds=settings.producer_forget_seconds,
-                retention_hours=settings.retention_hours,
-                check_batch_size=settings.check_batch_size,
-                check_max=settings.check_max,
-                check_interval_seconds=settings.check_interval_seconds,
-                check_backoff=settings.check_backoff,
-                check_backoff_factor=settings.check_backoff_factor,
-                check_backoff_max_seconds=settings.check_backoff_max_seconds,
-                check_push_timeout_seconds=settings.check_push_timeout_seconds,
-                max_inflight_dispatches=settings.max_inflight_dispatches,
-                max_long_poll_seconds=settings.max_long_poll_seconds,
-                check_poll_fallback_seconds=settings.check_poll_fallback_seconds,
+            transactions=_named_alike(TransactionsConfig, settings),
+            delivery=_named_alike(DeliveryConfig, settings),
+            checkback=_named_alike(
+                CheckBackConfig,
+                settings,
                 check_push_secret=secret.get_secret_value() if secret else None,
             ),
             scheduler=SchedulerConfig(
                 enabled=settings.check_scheduler_enabled,
                 scan_interval_seconds=settings.check_scan_interval_seconds,
             ),
-            overview=OverviewConfig(producer_ttl_seconds=settings.producer_ttl_seconds),
-            auth=AuthConfig(
-                token_refresh_seconds=settings.token_refresh_seconds,
+            overview=_named_alike(OverviewConfig, settings),
+            auth=_named_alike(
+                AuthConfig,
+                settings,
                 open_allowed=open_allowed(settings),
-                limits=LimitsConfig(
-                    rate_limit_per_second=settings.rate_limit_per_second,
-                    rate_limit_burst=settings.rate_limit_burst,
-                    max_long_polls_per_token=settings.max_long_polls_per_token,
-                ),
+                limits=_named_alike(LimitsConfig, settings),
             ),
         )
+
+
+Config = TypeVar("Config")
+
+
+def _named_alike(config: type[Config], settings: Settings, **others: Any) -> Config:
+    """A config whose fields are the settings of the same names, but for `others`."""
+    values = {
+        each.name: others[each.name] if each.name in others else getattr(settings, each.name)
+        for each in fields(config)  # type: ignore[arg-type]
+    }
+    return config(**values)
