@@ -303,18 +303,6 @@ class Settings(BaseSettings):
             names = {field: env_name(field) for field in cls.model_fields}
             raise SettingsError.from_validation(error, names) from None
 
-    def to_environment(self) -> dict[str, str]:
-        """COORDINATOR_* variables that read back as these settings.
-
-        Every setting that is not None, secrets in clear: this is how `serve
-        --workers N` hands its settings to worker processes.
-        """
-        return {
-            env_name(field): _env_value(value)
-            for field in type(self).model_fields
-            if (value := getattr(self, field)) is not None
-        }
-
     def with_overrides(self, **overrides: Any) -> Self:
         """These settings with some values replaced, all validated again.
 
@@ -339,12 +327,3 @@ def _shown(field: str, value: Any) -> Any:
     if field == "check_push_secret":
         return "***"
     return value
-
-
-def _env_value(value: Any) -> str:
-    if isinstance(value, SecretStr):
-        return value.get_secret_value()
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    # str() of a float is its shortest exact form, of a Path its text.
-    return str(value)
