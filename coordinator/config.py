@@ -2,7 +2,7 @@
 
 Names say what they are and carry their unit; the RocketMQ name each one
 mirrors is in its description so operators coming from a broker.conf can map
-them one to one.
+them, one to one but for the check interval (see check_interval_seconds).
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ class Settings(BaseSettings):
     check_interval_seconds: float = Field(
         default=60.0,
         gt=0,
-        description="transactionCheckInterval: time between two check-backs of one message.",
+        description="Time between two check-backs of one message (RocketMQ's "
+        "transactionCheckInterval is how often the broker scans instead).",
     )
     check_max: int = Field(
         default=15,
