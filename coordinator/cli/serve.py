@@ -7,6 +7,7 @@ import logging.config
 import signal
 import socket
 import ssl
+import threading
 from pathlib import Path
 from types import FrameType
 
@@ -163,13 +164,15 @@ def _run(url: str, settings: Settings, workers: int, http_socket: socket.socket)
         if serve_workers(url, settings, http_socket, workers, log_config) != 0:
             raise fail("the coordinator did not start: see the error above", 1)
         return
+    started = threading.Event()
     try:
-        serve_node(url, settings, [http_socket])
+        serve_node(url, settings, [http_socket], on_started=started.set)
     except DoorFailed as error:
         raise fail(f"the coordinator did not start: {error}", EXIT_CANNOT_LISTEN) from None
     except Exception:
         log.exception("the coordinator stopped")
-        raise fail("the coordinator did not start: see the error above", 1) from None
+        happened = "stopped on an error" if started.is_set() else "did not start"
+        raise fail(f"the coordinator {happened}: see the error above", 1) from None
 
 
 def _check_grpc_extra() -> None:
