@@ -177,7 +177,7 @@ def _run(url: str, settings: Settings, workers: int, http_socket: socket.socket)
 
 def _check_grpc_extra() -> None:
     # Checked before Postgres starts: a missing extra is a usage error with a
-    # sentence, not an ImportError from the app's lifespan.
+    # sentence, not an ImportError from the node's start.
     from importlib.util import find_spec
 
     if find_spec("grpc") is None or find_spec("rocketmq") is None:

@@ -5,7 +5,7 @@ coordinator unmodified: `coordinator serve --grpc-port PORT`. Nothing here is
 imported unless gRPC is on; the generated protocol modules come from the
 `rocketmq-python-client` package (the `grpc` extra), see `stubs.py`.
 
-- `server.py`: the grpc.aio server, started in the app's lifespan
+- `server.py`: the grpc.aio server, a door the node starts
 - `service.py`: the service assembled from its parts, each RPC a thin call into the core:
   `producing.py` (send, end), `consuming.py` (receive, ack, invisibility,
   dead letters), `session.py` (route, heartbeat, Telemetry, termination)

@@ -258,7 +258,7 @@ def answered(scope: Scope, route: str, status: int, started: float) -> None:
 
 class HotRoutes:
     """The served ASGI app: refuses oversized requests, answers the hot
-    routes, and passes everything else (and the lifespan) to FastAPI."""
+    routes, and passes everything else to FastAPI."""
 
     def __init__(self, app: FastAPI, max_bytes: int) -> None:
         self.app = app

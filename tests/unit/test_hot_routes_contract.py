@@ -45,7 +45,7 @@ EXPECTED_HOT = {"prepare", "prepare_batch", "end", "end_batch", "send", "send_ba
 
 @pytest.fixture(scope="module")
 def served() -> HotRoutes:
-    # The app is only built here: the database is opened by its lifespan.
+    # The app is only built here: it opens nothing (the node attaches the core).
     return create_app()
 
 

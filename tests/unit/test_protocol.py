@@ -8,7 +8,6 @@ import functools
 import importlib
 import inspect
 import json
-import pickle
 
 import uvicorn
 from starlette.types import Receive, Scope, Send
@@ -176,8 +175,6 @@ def test_a_connection_over_the_limit_is_answered_429_and_closed_and_a_freed_slot
         )
         state = ServerState()
         limited = functools.partial(CoalescingHttpToolsProtocol, max_connections=2)
-        # pickled as `serve --workers N` hands it to its worker processes
-        limited = pickle.loads(pickle.dumps(limited))
 
         def connect() -> tuple[CoalescingHttpToolsProtocol, EndableTransport]:
             protocol = limited(config=config, server_state=state, app_state={})
