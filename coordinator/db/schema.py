@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
+from coordinator.domain.delivery import FilterType
 from coordinator.domain.states import CheckStatus, DispatchMode, MessageKind, MessageState, Source
 
 
@@ -42,6 +43,7 @@ def _one_of(column: str, values: list[str], *, nullable: bool = False) -> str:
 STATES = [s.value for s in MessageState]
 SOURCES = [s.value for s in Source]
 KINDS = [k.value for k in MessageKind]
+FILTER_TYPES = [f.value for f in FilterType]
 
 metadata = MetaData(
     naming_convention={
@@ -123,10 +125,12 @@ message_history = Table(
     Index("ix_message_history_message_offset", "message_offset"),
 )
 
-# A consumer group's subscription to a topic. `tags` is the parsed tag filter
-# (NULL for `*`); the trigger on messages matches committed messages against
-# it. Only messages committed after the subscription exists reach the group
-# (RocketMQ's CONSUME_FROM_LAST_OFFSET).
+# A consumer group's subscription to a topic. `expression` is the filter as
+# given; by `filter_type`, `tags` is the parsed tag filter (NULL for `*`) or
+# `filter` the parsed SQL92 filter (coordinator/domain/sql92.py). The trigger
+# on messages matches committed messages against them. Only messages
+# committed after the subscription exists reach the group (RocketMQ's
+# CONSUME_FROM_LAST_OFFSET).
 subscriptions = Table(
     "subscriptions",
     metadata,
@@ -137,6 +141,14 @@ subscriptions = Table(
     Column("fifo", Boolean, nullable=False, server_default=text("false")),
     Column("max_delivery_attempts", Integer, nullable=False, server_default=text("16")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # Added after the rest (migration 0010), hence last.
+    Column("filter_type", Text, nullable=False, server_default=text("'tag'")),
+    Column("filter", JSONB, nullable=True),
+    CheckConstraint(_one_of("filter_type", FILTER_TYPES), name="filter_type"),
+    CheckConstraint(
+        "(filter_type = 'sql92') = (filter IS NOT NULL) AND (filter IS NULL OR tags IS NULL)",
+        name="filter",
+    ),
     CheckConstraint("max_delivery_attempts >= 1", name="max_delivery_attempts"),
     Index("ix_subscriptions_topic", "topic"),
 )

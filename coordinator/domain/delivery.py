@@ -12,15 +12,23 @@ from enum import StrEnum
 from coordinator.domain.messages import MessageFields
 
 
+class FilterType(StrEnum):
+    """How a subscription's expression selects messages (RocketMQ's FilterType)."""
+
+    TAG = "tag"  # '*', 'TagA' or 'TagA || TagB'
+    SQL92 = "sql92"  # a condition over properties and TAGS (coordinator.domain.sql92)
+
+
 @dataclass(frozen=True, slots=True)
 class Subscription:
     consumer_group: str
     topic: str
-    expression: str  # as given, e.g. "TagA || TagB"
-    tags: tuple[str, ...] | None  # parsed; None for "*" (every message)
+    expression: str  # as given, e.g. "TagA || TagB" or "amount > 100"
+    tags: tuple[str, ...] | None  # parsed; None for "*" (every message) and for SQL92
     fifo: bool
     max_delivery_attempts: int
     created_at: datetime
+    filter_type: FilterType = FilterType.TAG
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,16 @@ class InvalidMessage(CoordinatorError):
     code = "invalid_request"
 
 
+class InvalidFilterExpression(InvalidMessage):
+    """A subscription's filter expression does not parse; `position` is its 1-based character."""
+
+    code = "invalid_filter_expression"
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+
+
 class NotFound(CoordinatorError):
     code = "not_found"
 

@@ -19,14 +19,16 @@ import ipaddress
 import math
 import re
 import socket
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import httpx
 
+from coordinator.domain.delivery import FilterType
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.immunity import check_immunity
 from coordinator.domain.messages import NewMessage
+from coordinator.domain.sql92 import parse_sql92
 
 
 class MessageLimits(Protocol):
@@ -237,6 +239,31 @@ def parse_tag_expression(expression: str | None) -> tuple[str, ...] | None:
         if tag not in tags:
             tags.append(tag)
     return tuple(tags)
+
+
+def check_filter_type(filter_type: str) -> FilterType:
+    try:
+        return FilterType(filter_type.lower() if isinstance(filter_type, str) else filter_type)
+    except ValueError:
+        raise InvalidMessage(
+            f"filter type {str(filter_type)[:40]!r} is not known; use 'tag' or 'sql92'"
+        ) from None
+
+
+def parse_filter(
+    expression: str | None, filter_type: str = FilterType.TAG
+) -> tuple[FilterType, str, tuple[str, ...] | None, dict[str, Any] | None]:
+    """A subscription's filter: its type, its text, its tags or its SQL92 tree.
+
+    The text is trimmed ('' is '*' for tags); a SQL92 expression is parsed
+    as given, so that the positions in its errors count from its start.
+    """
+    kind = check_filter_type(filter_type)
+    if kind is FilterType.SQL92:
+        text = expression or ""
+        return kind, text.strip(), None, parse_sql92(text)
+    text = (expression or "").strip() or SUBSCRIBE_ALL
+    return kind, text, parse_tag_expression(text), None
 
 
 # --- Delivery: receive, ack, invisible durations, dead letters ----------------

@@ -39,8 +39,16 @@ from coordinator.views.records import MessageFieldsOut, RecordOut
 class SubscriptionIn(RequestIn):
     expression: Expression = Field(
         default="*",
-        description="Tag filter: '*' (every message), 'TagA', or 'TagA || TagB'.",
+        description=(
+            "Tag filter: '*' (every message), 'TagA', or 'TagA || TagB'; with "
+            "filter_type 'sql92', a SQL92 condition over properties and TAGS, "
+            "e.g. \"amount > 100 AND TAGS IN ('paid')\"."
+        ),
         examples=["created || paid"],
+    )
+    filter_type: Literal["tag", "sql92"] = Field(
+        default="tag",
+        description="How `expression` selects messages: by tag (the default) or by SQL92.",
     )
     fifo: StrictBool = Field(
         default=False,

@@ -87,7 +87,15 @@ def _with_handle(operation: str) -> dict[str, object]:
     GROUP + "/subscriptions/{topic}",
     response_model=SubscribeOut,
     status_code=201,
-    responses={200: {"model": SubscribeOut, "description": "Existing subscription changed"}},
+    responses={
+        200: {"model": SubscribeOut, "description": "Existing subscription changed"},
+        **described(
+            {
+                400: "`invalid_filter_expression` (with `position`, the 1-based character): "
+                "a SQL92 expression that does not parse; `invalid_request`: another rule broken"
+            }
+        ),
+    },
     summary="Subscribe a consumer group to a topic (or change its subscription)",
 )
 async def subscribe(
@@ -102,6 +110,7 @@ async def subscribe(
         consumer_group,
         topic,
         body.expression,
+        filter_type=body.filter_type,
         fifo=body.fifo,
         max_delivery_attempts=body.max_delivery_attempts,
     )

@@ -57,9 +57,11 @@ def describe_validation_errors(items: Sequence[Any]) -> str:
 
 def core_error_response(error: errors.CoordinatorError) -> JSONResponse:
     status = next((code for kind, code in STATUS_BY_ERROR.items() if isinstance(error, kind)), 400)
-    extra = {}
+    extra: dict[str, object] = {}
     if isinstance(error, errors.StateConflict) and error.current_state:
         extra["current_state"] = error.current_state
+    if isinstance(error, errors.InvalidFilterExpression) and error.position is not None:
+        extra["position"] = error.position
     response = error_response(status, error.code, error.message, **extra)
     if isinstance(error, errors.DatabaseUnavailable):
         # Postgres restarts take seconds; the pool reconnects within one.

@@ -262,6 +262,10 @@ class ErrorOut(BaseModel):
     current_state: Annotated[str | None, WithJsonSchema({"type": "string"})] = Field(
         default=None, description="On a state_conflict: the state the message is in."
     )
+    position: Annotated[int | None, WithJsonSchema({"type": "integer"})] = Field(
+        default=None,
+        description="On an invalid_filter_expression: the 1-based character where it is wrong.",
+    )
 
 
 # What each error status means on any route; a route may say more of its own

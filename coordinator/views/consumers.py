@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -13,10 +14,13 @@ class SubscriptionOut(RecordOut):
     consumer_group: str
     topic: str
     expression: str
-    tags: list[str] | None = Field(description="The parsed tags; null for '*'.")
+    tags: list[str] | None = Field(description="The parsed tags; null for '*' and for SQL92.")
     fifo: bool
     max_delivery_attempts: int
     created_at: datetime
+    filter_type: Literal["tag", "sql92"] = Field(
+        default="tag", description="How `expression` selects messages: by tag or by SQL92."
+    )
 
 
 class SubscriptionsOut(BaseModel):

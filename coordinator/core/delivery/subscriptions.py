@@ -1,12 +1,18 @@
-"""Subscriptions: which consumer group receives which topic (and tags), and its lag."""
+"""Subscriptions: which consumer group receives which topic (by tag or SQL92 filter), and its lag.
+
+Every door subscribes through here, so a filter is parsed and checked in
+one place: a tag expression into its tags, a SQL92 expression into the tree
+the fan-out evaluates (coordinator.domain.sql92).
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from coordinator.core.context import CoreContext
 from coordinator.db.queries import fetch_all, fetch_one
-from coordinator.domain.delivery import ConsumerLag, SubscribeResult, Subscription
+from coordinator.domain.delivery import ConsumerLag, FilterType, SubscribeResult, Subscription
 from coordinator.domain.errors import NotFound
 from coordinator.domain.records import record_from_row
 from coordinator.domain.rules import (
@@ -15,8 +21,9 @@ from coordinator.domain.rules import (
     SUBSCRIBE_ALL,
     check_consumer_group,
     check_count,
+    check_filter_type,
     check_topic,
-    parse_tag_expression,
+    parse_filter,
 )
 
 
@@ -30,13 +37,18 @@ class Subscriptions:
         topic: str,
         expression: str = SUBSCRIBE_ALL,
         *,
+        filter_type: FilterType | str = FilterType.TAG,
         fifo: bool = False,
         max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
     ) -> SubscribeResult:
-        """Create or change a subscription; it receives messages committed from now on."""
+        """Create or change a subscription; it receives messages committed from now on.
+
+        `expression` is a tag expression ('*', 'TagA || TagB') or, with
+        `filter_type` 'sql92', a SQL92 condition ("amount > 100 AND TAGS = 'paid'").
+        """
         check_consumer_group(consumer_group)
         check_topic(topic)
-        tags = parse_tag_expression(expression)
+        kind, text, tags, tree = parse_filter(expression, filter_type)
         check_count("max delivery attempts", max_delivery_attempts, MAX_DELIVERY_ATTEMPTS_LIMIT)
         async with self._context.pool.connection() as conn:
             row = await fetch_one(
@@ -45,8 +57,10 @@ class Subscriptions:
                 {
                     "consumer_group": consumer_group,
                     "topic": topic,
-                    "expression": expression.strip() or SUBSCRIBE_ALL,
+                    "expression": text,
                     "tags": list(tags) if tags is not None else None,
+                    "filter_type": kind.value,
+                    "filter": json.dumps(tree) if tree is not None else None,
                     "fifo": fifo,
                     "max_delivery_attempts": max_delivery_attempts,
                 },
@@ -60,6 +74,7 @@ class Subscriptions:
         topic: str,
         expression: str = SUBSCRIBE_ALL,
         *,
+        filter_type: FilterType | str = FilterType.TAG,
         fifo: bool | None = None,
     ) -> Subscription:
         """The group's subscription to `topic` with this expression, changed only if it differs.
@@ -71,19 +86,21 @@ class Subscriptions:
         """
         check_consumer_group(consumer_group)
         check_topic(topic)
-        expression = expression.strip() or SUBSCRIBE_ALL
-        parse_tag_expression(expression)
+        kind, expression, _, _ = parse_filter(expression, filter_type)
         current = {s.topic: s for s in await self.subscriptions(consumer_group)}.get(topic)
         if current is None:
-            result = await self.subscribe(consumer_group, topic, expression, fifo=bool(fifo))
+            result = await self.subscribe(
+                consumer_group, topic, expression, filter_type=kind, fifo=bool(fifo)
+            )
             return result.subscription
         fifo = current.fifo if fifo is None else fifo
-        if current.expression == expression and current.fifo == fifo:
+        if (current.expression, current.filter_type, current.fifo) == (expression, kind, fifo):
             return current
         result = await self.subscribe(
             consumer_group,
             topic,
             expression,
+            filter_type=kind,
             fifo=fifo,
             max_delivery_attempts=current.max_delivery_attempts,
         )
@@ -121,4 +138,9 @@ class Subscriptions:
 
 def _subscription(row: dict[str, Any]) -> Subscription:
     tags = row["tags"]
-    return record_from_row(Subscription, row, tags=tuple(tags) if tags is not None else None)
+    return record_from_row(
+        Subscription,
+        row,
+        tags=tuple(tags) if tags is not None else None,
+        filter_type=check_filter_type(row["filter_type"]),
+    )

@@ -4,28 +4,35 @@
 
 -- name: upsert_subscription
 -- xmax = 0 only for a freshly inserted row: tells "created" from "changed".
-INSERT INTO subscriptions (consumer_group, topic, expression, tags, fifo, max_delivery_attempts)
+INSERT INTO subscriptions (
+    consumer_group, topic, expression, tags, filter_type, filter, fifo, max_delivery_attempts
+)
 VALUES (
     %(consumer_group)s::text, %(topic)s::text, %(expression)s::text, %(tags)s::text[],
-    %(fifo)s::boolean, %(max_delivery_attempts)s::integer
+    %(filter_type)s::text, %(filter)s::jsonb, %(fifo)s::boolean,
+    %(max_delivery_attempts)s::integer
 )
 ON CONFLICT (consumer_group, topic) DO UPDATE
 SET expression = EXCLUDED.expression,
     tags = EXCLUDED.tags,
+    filter_type = EXCLUDED.filter_type,
+    filter = EXCLUDED.filter,
     fifo = EXCLUDED.fifo,
     max_delivery_attempts = EXCLUDED.max_delivery_attempts
-RETURNING consumer_group, topic, expression, tags, fifo, max_delivery_attempts, created_at,
-          (xmax = 0) AS created;
+RETURNING consumer_group, topic, expression, tags, filter_type, fifo, max_delivery_attempts,
+          created_at, (xmax = 0) AS created;
 
 -- name: delete_subscription
 -- Its pending deliveries go with it (trigger subscriptions_deleted); dead
 -- letters stay.
 DELETE FROM subscriptions
 WHERE consumer_group = %(consumer_group)s::text AND topic = %(topic)s::text
-RETURNING consumer_group, topic, expression, tags, fifo, max_delivery_attempts, created_at;
+RETURNING consumer_group, topic, expression, tags, filter_type, fifo, max_delivery_attempts,
+          created_at;
 
 -- name: list_subscriptions
-SELECT consumer_group, topic, expression, tags, fifo, max_delivery_attempts, created_at
+SELECT consumer_group, topic, expression, tags, filter_type, fifo, max_delivery_attempts,
+       created_at
 FROM subscriptions
 WHERE %(consumer_group)s::text IS NULL OR consumer_group = %(consumer_group)s::text
 ORDER BY consumer_group, topic;
