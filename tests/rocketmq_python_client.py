@@ -198,11 +198,13 @@ def _started(client: Any, output: _Output) -> bool:
 
 def _run_consumer(args: argparse.Namespace, output: _Output) -> int:
     from rocketmq import FilterExpression, SimpleConsumer
+    from rocketmq.grpc_protocol import FilterType
 
+    filter_type = FilterType.SQL if args.sql92 else FilterType.TAG
     consumer = SimpleConsumer(
         _configuration(args.endpoint),
         args.group,
-        {args.topic: FilterExpression(args.expression)},
+        {args.topic: FilterExpression(args.expression, filter_type)},
         await_duration=args.await_seconds,
     )
     if not _started(consumer, output):
@@ -275,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     consumer.add_argument("--group", required=True)
     consumer.add_argument("--topic", required=True)
     consumer.add_argument("--expression", default="*")
+    consumer.add_argument("--sql92", action="store_true", help="the expression is SQL92")
     consumer.add_argument("--await-seconds", type=int, default=2)
     args = parser.parse_args(argv)
     output = _Output()
@@ -437,8 +440,9 @@ def consumer_process(
     topic: str,
     expression: str = "*",
     await_seconds: int = 2,
+    sql92: bool = False,
 ) -> AbstractContextManager[ClientProcess]:
-    """A SimpleConsumer of `group` on `topic` with the tag filter `expression`."""
+    """A SimpleConsumer of `group` on `topic` with the filter `expression` (tag, or SQL92)."""
     return client_process(
         workdir,
         name,
@@ -453,6 +457,7 @@ def consumer_process(
         expression,
         "--await-seconds",
         str(await_seconds),
+        *(["--sql92"] if sql92 else []),
     )
 
 

@@ -20,13 +20,12 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
 from coordinator.domain.access import Principal
-from coordinator.domain.delivery import AckOutcome, ReceivedMessage
+from coordinator.domain.delivery import AckOutcome, FilterType, ReceivedMessage
 from coordinator.domain.errors import CoordinatorError, InvalidMessage
 from coordinator.domain.rules import (
     DEFAULT_INVISIBLE_SECONDS,
     DEFAULT_MAX_MESSAGES,
     MAX_MESSAGES_LIMIT,
-    SUBSCRIBE_ALL,
 )
 from coordinator.grpc import convert
 from coordinator.grpc.calls import (
@@ -70,21 +69,27 @@ class Consuming(DoorPart):
         self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
     ) -> None:
         super().__init__(core, authenticator, settings, stubs)
-        # (group, topic) -> expression last written, so that a receive which
+        # (group, topic) -> filter last written, so that a receive which
         # restates an unchanged subscription costs no database round trip.
-        self._subscribed: dict[tuple[str, str], str] = {}
+        self._subscribed: dict[tuple[str, str], tuple[str, FilterType]] = {}
 
     async def subscribed(
-        self, group: str, topic: str, expression: str, fifo: bool | None = None
+        self,
+        group: str,
+        topic: str,
+        expression: str,
+        filter_type: FilterType = FilterType.TAG,
+        fifo: bool | None = None,
     ) -> None:
-        """Make sure `group` subscribes to `topic` with `expression` (written only on change)."""
+        """Make sure `group` subscribes to `topic` with this filter (written only on change)."""
         key = (group, topic)
-        if fifo is None and self._subscribed.get(key) == expression:
+        if fifo is None and self._subscribed.get(key) == (expression, filter_type):
             return
-        subscription = await self.core.delivery.ensure_subscribed(
-            group, topic, expression, fifo=fifo
+        await self.core.delivery.ensure_subscribed(
+            group, topic, expression, filter_type=filter_type, fifo=fifo
         )
-        self._subscribed[key] = subscription.expression
+        # As the client states it: a SQL92 text is stored trimmed.
+        self._subscribed[key] = (expression, filter_type)
 
     # --- receiving -----------------------------------------------------------
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
@@ -113,7 +118,8 @@ class Consuming(DoorPart):
         group = group_of(request.group)
         topic = topic_of(request.message_queue.topic)
         caller.principal.require_consume(group, topic)
-        await self.subscribed(group, topic, self._expression(request.filter_expression))
+        expression, filter_type = convert.filter_of(self.stubs, request.filter_expression)
+        await self.subscribed(group, topic, expression, filter_type)
         invisible = (
             convert.seconds_of(request.invisible_duration)
             if request.HasField("invisible_duration")
@@ -154,14 +160,6 @@ class Consuming(DoorPart):
             return
         with self.authenticator.limits.long_poll(principal):
             yield
-
-    def _expression(self, expression: Any) -> str:
-        if expression.type == self.stubs.definition.SQL:
-            raise DoorError(
-                "ILLEGAL_FILTER_EXPRESSION",
-                "SQL92 filter expressions are not supported: filter by tag (TagA || TagB)",
-            )
-        return expression.expression.strip() or SUBSCRIBE_ALL
 
     def _received(self, message: ReceivedMessage, invisible: float) -> Any:
         return convert.outgoing(

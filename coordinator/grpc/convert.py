@@ -1,8 +1,9 @@
 """RocketMQ's `Message` to the core's `NewMessage`, and stored messages back to `Message`.
 
-Also the other two things the door translates: a producer's
-`TransactionResolution` into the core's `Resolution`, and a topic into the
-producer group it stands for (`producer_group_of`).
+Also the other things the door translates: a producer's
+`TransactionResolution` into the core's `Resolution`, a topic into the
+producer group it stands for (`producer_group_of`), and a consumer's
+`FilterExpression` into an expression and its filter type (`filter_of`).
 
 What the clients check on a message they get: `body_encoding` IDENTITY (left
 unset, the Python client drops the whole receive), `body_digest` as MD5 in
@@ -28,8 +29,10 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.config import Settings
+from coordinator.domain.delivery import FilterType
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.messages import MessageFields, NewMessage
+from coordinator.domain.rules import SUBSCRIBE_ALL
 from coordinator.domain.states import Resolution
 from coordinator.grpc.status import DoorError
 from coordinator.grpc.stubs import Stubs
@@ -211,3 +214,10 @@ def outgoing(
         system_properties=properties,
         body=fields.body,
     )
+
+
+def filter_of(stubs: Stubs, expression: Any) -> tuple[str, FilterType]:
+    """A `FilterExpression` as the core takes it: SQL for SQL92, anything else a tag filter."""
+    if expression.type == stubs.definition.SQL:
+        return expression.expression, FilterType.SQL92
+    return expression.expression.strip() or SUBSCRIBE_ALL, FilterType.TAG

@@ -13,6 +13,8 @@ from coordinator.domain import errors
 from coordinator.grpc.stubs import Stubs
 
 CODE_BY_ERROR: dict[type[errors.CoordinatorError], str] = {
+    # before InvalidMessage, which it is a kind of: the first match answers
+    errors.InvalidFilterExpression: "ILLEGAL_FILTER_EXPRESSION",
     errors.InvalidMessage: "BAD_REQUEST",
     errors.NotFound: "NOT_FOUND",
     # the request is well formed but the transaction's state forbids it

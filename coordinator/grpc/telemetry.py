@@ -32,8 +32,9 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
 from coordinator.domain.checkback import CheckRequest
+from coordinator.domain.delivery import FilterType
 from coordinator.domain.errors import CoordinatorError, DatabaseUnavailable, InvalidMessage
-from coordinator.domain.rules import SUBSCRIBE_ALL, check_instance, check_topic
+from coordinator.domain.rules import check_instance, check_topic
 from coordinator.grpc import convert
 from coordinator.grpc.calls import Caller, DoorPart
 from coordinator.grpc.status import DoorError, Unreadable, error_status, status
@@ -52,7 +53,7 @@ BACKOFF_MAX_SECONDS = 1.0
 BACKOFF_MULTIPLIER = 2.0
 REQUEST_TIMEOUT_SECONDS = 3.0
 
-Subscribe = Callable[[str, str, str, bool | None], Awaitable[None]]
+Subscribe = Callable[[str, str, str, FilterType, bool | None], Awaitable[None]]
 
 
 class TelemetryDoor(DoorPart):
@@ -227,18 +228,11 @@ class _Stream:
         group = subscription.group.name
         fifo = subscription.fifo if subscription.HasField("fifo") else None
         for entry in subscription.subscriptions:
-            expression = entry.expression
-            if expression.type == self.stubs.definition.SQL:
-                raise DoorError(
-                    "ILLEGAL_FILTER_EXPRESSION",
-                    "SQL92 filter expressions are not supported: filter by tag",
-                )
+            expression, filter_type = convert.filter_of(self.stubs, entry.expression)
             topic = entry.topic.name
             self.caller.principal.require_consume(group, topic)
             assert self.door.on_subscription is not None
-            await self.door.on_subscription(
-                group, topic, expression.expression.strip() or SUBSCRIBE_ALL, fifo
-            )
+            await self.door.on_subscription(group, topic, expression, filter_type, fifo)
 
     def _answer(self, settings: Any) -> Any:
         definition = self.stubs.definition

@@ -35,6 +35,7 @@ from bench.server import free_port
 from tests.processes import ServeProcess, coordinator_serve
 from tests.rocketmq_python_client import (
     REPO,
+    ClientError,
     ClientProcess,
     consumer_process,
     producer_process,
@@ -438,6 +439,43 @@ def test_tag_filter(database_url: str, db: psycopg.Connection, tmp_path: Path) -
         all_messages = receive_until(all_tags, 4)
         assert sorted(m["message_id"] for m in all_messages) == sorted(sent)
         assert deliveries(db, tag_a) == 0
+
+
+def test_sql92_filter(database_url: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    topic = unique("orders")
+    big_eu, bad = unique("big-eu"), unique("bad")
+    condition = "amount > 100 AND region IN ('eu', 'uk') AND TAGS <> 'test'"
+    with (
+        grpc_coordinator(database_url, tmp_path) as (_, endpoint),
+        consumer_process(tmp_path, "sql", endpoint, big_eu, topic, condition, sql92=True) as sql,
+        consumer_process(tmp_path, "bad", endpoint, bad, topic, "amount >", sql92=True) as wrong,
+        producer_process(tmp_path, "producer", endpoint, [topic], "commit") as producer,
+    ):
+        assert wait_subscribed(db, big_eu, topic) == condition
+        sent = {
+            body: producer.call(
+                "send", topic=topic, body=body, tag=tag, properties=properties, **extra
+            )["message_id"]
+            for body, tag, properties, extra in [
+                ("big eu", "paid", {"amount": "150", "region": "eu"}, {}),
+                ("small eu", "paid", {"amount": "15", "region": "eu"}, {}),
+                ("big us", "paid", {"amount": "150", "region": "us"}, {}),
+                ("no amount", "paid", {"region": "uk"}, {}),
+                ("big uk", "paid", {"amount": "1e3", "region": "uk"}, {"transaction": "commit"}),
+                ("test", "test", {"amount": "150", "region": "eu"}, {}),
+            ]
+        }
+        received = receive_until(sql, 2)
+        assert sorted(m["message_id"] for m in received) == sorted([sent["big eu"], sent["big uk"]])
+        receive_nothing(sql, 2)
+
+        # A bad expression: refused at once, with the position of the error.
+        with pytest.raises(ClientError) as refused:
+            wrong.call("receive", max=1)
+        assert "position 9" in str(refused.value)
+        assert db.execute(
+            "SELECT count(*) FROM subscriptions WHERE consumer_group = %s", (bad,)
+        ).fetchone() == (0,)
 
 
 # --- a coordinator restart -------------------------------------------------------------------
