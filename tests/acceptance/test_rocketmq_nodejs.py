@@ -420,3 +420,25 @@ def test_check_back_reaches_the_node_checker_which_commits(
     assert row["resolution_source"] == "check"
     assert timeline(db, sent["message_id"])[-1] == ("check", "prepared", "committed")
     assert unacked_deliveries(db) == 0
+
+
+def test_sql92_filter_selects_by_properties_and_a_bad_one_is_refused(
+    node_client: NodeClient,
+    grpc_server: tuple[ServeProcess, str],
+    db: psycopg.Connection,
+    tmp_path: Path,
+) -> None:
+    server, endpoint = grpc_server
+    run = run_driver(node_client, server, endpoint, "sql92", tmp_path)
+    assert_started(run)
+    assert_clean_exit(run)
+    sent = {event["name"]: event["message_id"] for event in run.of("sent")}
+    message = assert_received_once(run, sent["big"], "hello from node, sql92")
+    assert message["properties"] == {"amount": "150"}
+    refused = run.one("refused")
+    assert "position 10" in json.dumps(refused), f"not refused for the expression\n{run}"
+    with db.cursor() as cursor:
+        rows = cursor.execute(
+            "SELECT consumer_group, filter_type, expression FROM subscriptions ORDER BY 1"
+        ).fetchall()
+    assert rows == [(GROUP, "sql92", f"amount > 100 AND TAGS = '{TAG}'")]

@@ -10,6 +10,8 @@
 //   rollback  a transactional message: begun, sent, rolled back, never received
 //   checkback a transactional message left unended: the server's check-back
 //             reaches the producer's checker, which commits it; received once
+//   sql92     a SimpleConsumer with a SQL92 filter gets only the normal message
+//             whose properties match; one with a bad SQL92 expression is refused
 //
 // The SimpleConsumer starts first: the coordinator delivers only what is
 // committed after the subscription exists.
@@ -28,8 +30,8 @@ import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
 // CommonJS package: load it with require, whose exports are plain properties.
-const { Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
-const { TransactionResolution } = require(
+const { FilterExpression, Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
+const { FilterType, TransactionResolution } = require(
   'rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb.js');
 
 const { values: args } = parseArgs({
@@ -56,7 +58,7 @@ for (const name of [ 'endpoint', 'topic', 'group', 'scenario' ]) {
     throw new Error(`--${name} is required`);
   }
 }
-const SCENARIOS = new Set([ 'normal', 'commit', 'rollback', 'checkback' ]);
+const SCENARIOS = new Set([ 'normal', 'commit', 'rollback', 'checkback', 'sql92' ]);
 if (!SCENARIOS.has(args.scenario)) {
   throw new Error(`unknown --scenario ${args.scenario}`);
 }
@@ -184,6 +186,32 @@ function newMessage() {
   };
 }
 
+// The SQL92 scenario's filter: only messages with an amount over 100 and
+// this run's tag.
+const SQL92_FILTER = `amount > 100 AND TAGS = '${args.tag}'`;
+const BAD_SQL92_FILTER = "amount > 'x'";
+
+// A consumer with a bad SQL92 expression: refused at start-up or at its
+// first receive (ILLEGAL_FILTER_EXPRESSION); either is reported.
+async function refusedConsumer(common, clients) {
+  const consumer = new SimpleConsumer({
+    ...common,
+    consumerGroup: `${args.group}-bad`,
+    subscriptions: new Map([
+      [ args.topic, new FilterExpression(BAD_SQL92_FILTER, FilterType.SQL) ] ]),
+    awaitDuration: AWAIT_MS,
+  });
+  clients.push(consumer);
+  try {
+    await step('bad consumer startup', consumer.startup());
+    await step('bad receive', consumer.receive(1, INVISIBLE_MS), REQUEST_TIMEOUT_MS + AWAIT_MS);
+  } catch (err) {
+    emit('refused', errorFields(err));
+    return;
+  }
+  emit('not_refused', {});
+}
+
 async function run(clients) {
   const common = {
     endpoints: args.endpoint,
@@ -191,10 +219,12 @@ async function run(clients) {
     requestTimeout: REQUEST_TIMEOUT_MS,
     logger,
   };
+  const sql92 = args.scenario === 'sql92';
   const consumer = new SimpleConsumer({
     ...common,
     consumerGroup: args.group,
-    subscriptions: new Map([ [ args.topic, '*' ] ]),
+    subscriptions: new Map([
+      [ args.topic, sql92 ? new FilterExpression(SQL92_FILTER, FilterType.SQL) : '*' ] ]),
     awaitDuration: AWAIT_MS,
   });
   clients.push(consumer);
@@ -207,6 +237,19 @@ async function run(clients) {
   emit('producer_started', { client_id: producer.clientId });
 
   const message = newMessage();
+  if (sql92) {
+    await refusedConsumer(common, clients);
+    // Sent in this order: the consumer has nothing to receive before `big`.
+    for (const [ name, amount ] of [ [ 'small', '5' ], [ 'big', '150' ] ]) {
+      message.properties = new Map([ [ 'amount', amount ] ]);
+      const receipt = await step('send', producer.send(message));
+      emit('sent', { name, message_id: receipt.messageId });
+      if (name === 'big') {
+        await receiveOnce(consumer, receipt.messageId);
+      }
+    }
+    return;
+  }
   if (args.scenario === 'normal') {
     const receipt = await step('send', producer.send(message));
     emit('sent', { message_id: receipt.messageId, offset: receipt.offset });
