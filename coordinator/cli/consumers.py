@@ -63,6 +63,7 @@ async def subscriptions(
             [
                 s.consumer_group,
                 s.topic,
+                s.filter_type.value,
                 s.expression,
                 "yes" if s.fifo else "no",
                 str(s.max_delivery_attempts),
@@ -78,6 +79,7 @@ async def subscriptions(
         [
             Column("consumer group", whole=True),
             Column("topic", whole=True),
+            Column("filter"),
             Column("expression"),
             Column("fifo"),
             Column("max attempts", right=True),

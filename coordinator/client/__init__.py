@@ -34,6 +34,7 @@ from coordinator.client.errors import (
     TransactionalMessagesRejected,
     Unauthenticated,
 )
+from coordinator.client.filters import Sql92
 from coordinator.client.listener import AsyncTransactionListener, TransactionListener
 from coordinator.client.message import (
     LocalTransactionState,
@@ -73,6 +74,7 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "SimpleConsumer",
+    "Sql92",
     "StateConflict",
     "TransactionListener",
     "TransactionProducer",

@@ -267,17 +267,23 @@ def _group_path(consumer_group: str) -> str:
 
 
 def subscribe_call(
-    consumer_group: str, topic: str, expression: str, *, fifo: bool, max_delivery_attempts: int
+    consumer_group: str,
+    topic: str,
+    expression: str,
+    *,
+    fifo: bool,
+    max_delivery_attempts: int,
+    filter_type: str | None = None,
 ) -> Call:
-    return Call(
-        "PUT",
-        f"{_group_path(consumer_group)}/subscriptions/{topic}",
-        json={
-            "expression": expression,
-            "fifo": fifo,
-            "max_delivery_attempts": max_delivery_attempts,
-        },
-    )
+    body: dict[str, Any] = {
+        "expression": expression,
+        "fifo": fifo,
+        "max_delivery_attempts": max_delivery_attempts,
+    }
+    if filter_type is not None:
+        # Only when asked: a coordinator without SQL92 filters refuses the field.
+        body["filter_type"] = filter_type
+    return Call("PUT", f"{_group_path(consumer_group)}/subscriptions/{topic}", json=body)
 
 
 def receive_call(

@@ -27,6 +27,7 @@ from coordinator.client import _base as base
 from coordinator.client import _protocol as protocol
 from coordinator.client._protocol import RetryPolicy
 from coordinator.client._transport import AsyncTransport, SyncTransport
+from coordinator.client.filters import Filter, Sql92
 from coordinator.client.message import ReceivedMessage
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class _ConsumerSettings:
     def __init__(
         self,
         group: str,
-        subscriptions: dict[str, str],
+        subscriptions: dict[str, Filter],
         *,
         fifo: bool,
         max_delivery_attempts: int,
@@ -100,7 +101,8 @@ class _ConsumerSettings:
             protocol.subscribe_call(
                 self.group,
                 topic,
-                expression,
+                expression.expression if isinstance(expression, Sql92) else expression,
+                filter_type="sql92" if isinstance(expression, Sql92) else None,
                 fifo=self.fifo,
                 max_delivery_attempts=self.max_delivery_attempts,
             )
@@ -136,7 +138,7 @@ class _Consumer(base.Connected[base.T]):
     def __init__(
         self,
         group: str,
-        subscriptions: dict[str, str],
+        subscriptions: dict[str, Filter],
         endpoint: str = base.DEFAULT_ENDPOINT,
         *,
         fifo: bool = False,
@@ -162,8 +164,8 @@ class _Consumer(base.Connected[base.T]):
 class SimpleConsumer(_Consumer[SyncTransport], base.SyncLifecycle):
     """Receive, process, ack: the caller drives every step.
 
-    `subscriptions` maps topics to tag expressions (`*`, `TagA || TagB`); the
-    group is subscribed on start().
+    `subscriptions` maps topics to tag expressions (`*`, `TagA || TagB`) or
+    `Sql92` filters; the group is subscribed on start().
     """
 
     _transport_class = SyncTransport
@@ -267,7 +269,7 @@ class _PushConsumer(Generic[C, ML]):
     def __init__(
         self,
         group: str,
-        subscriptions: dict[str, str],
+        subscriptions: dict[str, Filter],
         listener: ML,
         endpoint: str,
         retry_schedule: Sequence[float],
@@ -314,7 +316,7 @@ class PushConsumer(_PushConsumer[SimpleConsumer, MessageListener], base.SyncLife
     def __init__(
         self,
         group: str,
-        subscriptions: dict[str, str],
+        subscriptions: dict[str, Filter],
         listener: MessageListener,
         endpoint: str = base.DEFAULT_ENDPOINT,
         *,
@@ -395,7 +397,7 @@ class AsyncPushConsumer(
     def __init__(
         self,
         group: str,
-        subscriptions: dict[str, str],
+        subscriptions: dict[str, Filter],
         listener: AsyncMessageListener,
         endpoint: str = base.DEFAULT_ENDPOINT,
         *,

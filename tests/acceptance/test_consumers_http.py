@@ -85,6 +85,37 @@ def test_subscribe_change_list_and_unsubscribe(http: httpx.Client) -> None:
     assert again.status_code == 404 and again.json()["error"] == "not_found"
 
 
+def test_a_sql92_subscription_gets_only_the_messages_it_selects(http: httpx.Client) -> None:
+    condition = "amount BETWEEN 100 AND 500 AND (region = 'eu' OR TAGS = 'vip')"
+    created = _subscribe(http, expression=condition, filter_type="sql92")
+    assert created.status_code == 201, created.text
+    assert created.json()["filter_type"] == "sql92" and created.json()["tags"] is None
+    for body_text, tags, properties in [
+        ("eu", "created", {"amount": "120", "region": "eu"}),
+        ("too big", "created", {"amount": "1200", "region": "eu"}),
+        ("vip", "vip", {"amount": "100", "region": "us"}),
+        ("us", "created", {"amount": "200", "region": "us"}),
+        ("no amount", "vip", {}),
+    ]:
+        _commit(http, body_text, tags=tags, properties=properties)
+    received = _receive(http, max_messages=10)
+    assert sorted(m["body_text"] for m in received) == ["eu", "vip"]
+    listed = http.get(f"{BASE}/subscriptions").json()["subscriptions"]
+    assert [(s["expression"], s["filter_type"]) for s in listed] == [(condition, "sql92")]
+
+
+def test_a_bad_sql92_expression_gets_400_with_its_position(http: httpx.Client) -> None:
+    refused = _subscribe(http, expression="region = 'eu' AND amount >> 5", filter_type="sql92")
+    assert refused.status_code == 400, refused.text
+    body = refused.json()
+    assert body["error"] == "invalid_filter_expression"
+    assert body["position"] == 27  # the second ">"
+    assert "position 27" in body["message"]
+    unknown = _subscribe(http, expression="a = 1", filter_type="sql")
+    assert unknown.status_code in (400, 422) and "filter_type" in unknown.json()["message"]
+    assert http.get(f"{BASE}/subscriptions").json()["subscriptions"] == []
+
+
 def test_commit_receive_ack(http: httpx.Client, db: psycopg.Connection) -> None:
     _subscribe(http)
     sent = _commit(http, tags="created", keys=["order-1001"], properties={"region": "eu"})

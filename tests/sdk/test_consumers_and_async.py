@@ -16,6 +16,7 @@ from coordinator.client import (
     AsyncTransactionProducer,
     ConsumeResult,
     CoordinatorUnavailable,
+    InvalidRequest,
     LocalTransactionState,
     Message,
     NotFound,
@@ -23,6 +24,7 @@ from coordinator.client import (
     ReceivedMessage,
     RetryPolicy,
     SimpleConsumer,
+    Sql92,
     TransactionProducer,
 )
 from tests.conftest import LiveServer
@@ -52,6 +54,27 @@ def test_simple_consumer_receives_only_committed_messages_and_acks(server: LiveS
         with pytest.raises(NotFound):
             consumer.ack(message)  # already acked: gone
     assert rolled_back not in [m.message_id for m in received]
+
+
+def test_a_sql92_subscription_receives_only_matching_messages(server: LiveServer) -> None:
+    selected = Sql92("amount > 100 AND TAGS = 'paid'")
+    with (
+        SimpleConsumer("billing", {"orders": selected}, server.url, wait_seconds=2) as consumer,
+        TransactionProducer(GROUP, ScriptedListener(), server.url) as producer,
+    ):
+        for body, tags, amount in [
+            ("big", "paid", "150"),
+            ("small", "paid", "5"),
+            ("x", None, "900"),
+        ]:
+            producer.send_message_in_transaction(
+                Message("orders", body, tags=tags, properties={"amount": amount})
+            )
+        assert [m.text for m in consumer.receive(10)] == ["big"]
+    bad = SimpleConsumer("audit", {"orders": Sql92("amount > ")}, server.url)
+    with pytest.raises(InvalidRequest, match="position 10") as refused:
+        bad.start()
+    assert refused.value.code == "invalid_filter_expression"
 
 
 def test_change_invisible_duration_gives_a_message_back_with_a_new_handle(
