@@ -5,9 +5,14 @@ receive only the messages their condition selects."""
 from __future__ import annotations
 
 import json
+import re
+from decimal import Decimal
+from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from coordinator.core import Coordinator
 from coordinator.domain.delivery import FilterType
@@ -15,6 +20,7 @@ from coordinator.domain.errors import InvalidFilterExpression
 from coordinator.domain.sql92 import MAX_NESTING, parse_sql92
 from coordinator.domain.states import Resolution
 from tests.factories import TOPIC, end, half
+from tests.sql92_trees import filter_trees
 
 GROUP = "billing"
 EU_BIG = {"region": "eu", "amount": "150"}
@@ -113,6 +119,133 @@ def test_the_deepest_filter_allowed_evaluates(db: psycopg.Connection) -> None:
     assert matches(db, deepest, EU_BIG, None)
     with pytest.raises(InvalidFilterExpression):
         parse_sql92("(" + deepest + ")")
+
+
+# --- the SQL function against a model of the documented semantics ---------------------
+
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
+
+
+def _text(value: dict[str, Any], tags: str | None, properties: dict[str, str]) -> str | None:
+    if "property" in value:
+        name = value["property"]
+        return tags if name == "TAGS" else properties.get(name)
+    if "boolean" in value:
+        return "true" if value["boolean"] else "false"
+    return value.get("string", value.get("number"))
+
+
+def _kind(value: dict[str, Any]) -> str:
+    return "number" if "number" in value else "boolean" if "boolean" in value else "string"
+
+
+def _number(text: str | None) -> Decimal | None:
+    ok = text is not None and len(text) <= 1000 and _DECIMAL.fullmatch(text)
+    return Decimal(text) if ok else None  # type: ignore[arg-type]
+
+
+def _not(result: bool | None) -> bool | None:
+    return None if result is None else not result
+
+
+def _equal(node: dict[str, Any], tags: str | None, properties: dict[str, str]) -> bool | None:
+    left, right = node["left"], node["right"]
+    left_text, right_text = _text(left, tags, properties), _text(right, tags, properties)
+    if left_text is None or right_text is None:
+        return None
+    kinds = {_kind(left), _kind(right)}
+    if kinds == {"string"} or kinds == {"boolean"}:
+        return left_text == right_text
+    if kinds == {"string", "boolean"}:
+        text, flag = (left_text, right_text) if _kind(left) == "string" else (right_text, left_text)
+        return (text.lower() == "true") == (flag == "true")
+    if "boolean" in kinds:
+        return False
+    a, b = _number(left_text), _number(right_text)
+    return None if a is None or b is None else a == b
+
+
+def evaluate(node: dict[str, Any], tags: str | None, properties: dict[str, str]) -> bool | None:
+    """What docs/consuming.md says a condition is: True, False or unknown (None)."""
+    op = node["op"]
+    if op in ("and", "or"):
+        results = [evaluate(arg, tags, properties) for arg in node["args"]]
+        decisive = op == "or"  # True decides an OR, False an AND
+        if decisive in results:
+            return decisive
+        return None if None in results else not decisive
+    if op == "not":
+        return _not(evaluate(node["arg"], tags, properties))
+    if op == "literal":
+        return node["value"]
+    if op in ("=", "<>"):
+        result = _equal(node, tags, properties)
+        return result if op == "=" else _not(result)
+    if op in ("<", "<=", ">", ">="):
+        a = _number(_text(node["left"], tags, properties))
+        b = _number(_text(node["right"], tags, properties))
+        if a is None or b is None:
+            return None
+        return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+    value = _text(node["value"], tags, properties)
+    if op == "between":
+        v = _number(value)
+        low = _number(_text(node["low"], tags, properties))
+        high = _number(_text(node["high"], tags, properties))
+        above = None if v is None or low is None else v >= low
+        below = None if v is None or high is None else v <= high
+        result = evaluate(
+            {
+                "op": "and",
+                "args": [{"op": "literal", "value": above}, {"op": "literal", "value": below}],
+            },
+            tags,
+            properties,
+        )
+    elif op == "in":
+        result = None if value is None else value in node["values"]
+    elif op == "is_null":
+        result = value is None
+    else:
+        search = node["search"]
+        if value is None or not search or _kind(node["value"]) != "string":
+            return False
+        result = {
+            "contains": search in value,
+            "startswith": value.startswith(search),
+            "endswith": value.endswith(search),
+        }[op]
+    return _not(result) if node["negated"] else result
+
+
+SAMPLES = ["1", "2.5", "-3", "1e3", "100", "x", "", "true", "TRUE", "abc", "5x"]
+small_trees = filter_trees(
+    st.sampled_from(["a", "b", "TAGS"]),
+    st.sampled_from([*SAMPLES[5:], "b", "ab"]),
+    st.sampled_from([*SAMPLES[:5], "0", "-1.5e2"]),
+)
+messages = st.tuples(
+    st.one_of(st.none(), st.sampled_from(SAMPLES)),
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(SAMPLES), max_size=3),
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tree=small_trees, message=messages)
+def test_sql92_matches_agrees_with_the_documented_semantics(
+    db: psycopg.Connection, tree: dict[str, Any], message: tuple[str | None, dict[str, str]]
+) -> None:
+    tags, properties = message
+    row = db.execute(
+        "SELECT sql92_eval(%s::jsonb, %s::text, %s::jsonb),"
+        " sql92_matches(%s::jsonb, %s::text, %s::jsonb)",
+        (json.dumps(tree), tags, json.dumps(properties)) * 2,
+    ).fetchone()
+    assert row is not None
+    expected = evaluate(tree, tags, properties)
+    assert row == (expected, expected is True), (tree, tags, properties)
 
 
 async def commit(core: Coordinator, body: bytes, **fields: object) -> None:

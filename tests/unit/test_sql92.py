@@ -4,7 +4,6 @@ any text gets a tree or InvalidFilterExpression, nothing else."""
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -16,10 +15,7 @@ from coordinator.domain.errors import InvalidFilterExpression, InvalidMessage
 from coordinator.domain.rules import parse_filter
 from coordinator.domain.sql92 import MAX_NESTING, SQL92_MAX_LENGTH, parse_sql92, render_sql92
 from coordinator.domain.sql92_tokens import KEYWORDS
-
-
-def prop(name: str) -> dict[str, str]:
-    return {"property": name}
+from tests.sql92_trees import filter_trees, names, numbers, prop, texts
 
 
 @pytest.mark.parametrize(
@@ -139,85 +135,7 @@ def test_parse_filter_keeps_tag_expressions_as_they_were() -> None:
 
 # --- any tree round-trips; any text parses or is refused ---------------------------------
 
-names = st.from_regex(r"[A-Za-z_$][A-Za-z0-9_$]{0,6}", fullmatch=True).filter(
-    lambda name: name.upper() not in KEYWORDS
-)
-texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
-numbers = st.from_regex(
-    r"-?([0-9]{1,4}(\.[0-9]{0,3})?|\.[0-9]{1,3})([eE][+-]?[0-9]{1,3})?", fullmatch=True
-)
-properties = names.map(prop)
-strings = texts.map(lambda text: {"string": text})
-numeric = st.one_of(properties, numbers.map(lambda n: {"number": n}))
-values = st.one_of(properties, strings, numeric, st.booleans().map(lambda b: {"boolean": b}))
-values_or_null = st.one_of(values, st.just({"null": True}))
-
-
-def _between(value: dict, low: dict, high: dict, negated: bool) -> dict:
-    return {"op": "between", "value": value, "low": low, "high": high, "negated": negated}
-
-
-def _ordered(tree: dict) -> bool:
-    low, high = tree["low"].get("number"), tree["high"].get("number")
-    return low is None or high is None or Decimal(low) <= Decimal(high)
-
-
-predicates = st.one_of(
-    st.builds(
-        lambda op, left, right: {"op": op, "left": left, "right": right},
-        st.sampled_from(["=", "<>"]),
-        values,
-        values,
-    ),
-    st.builds(
-        lambda op, left, right: {"op": op, "left": left, "right": right},
-        st.sampled_from(["<", "<=", ">", ">="]),
-        numeric,
-        numeric,
-    ),
-    st.builds(_between, numeric, numeric, numeric, st.booleans()).filter(_ordered),
-    st.builds(
-        lambda value, items, negated: {
-            "op": "in",
-            "value": value,
-            "values": items,
-            "negated": negated,
-        },
-        properties,
-        st.lists(texts, min_size=1, max_size=3),
-        st.booleans(),
-    ),
-    st.builds(
-        lambda value, negated: {"op": "is_null", "value": value, "negated": negated},
-        values_or_null,
-        st.booleans(),
-    ),
-    st.builds(
-        lambda op, value, search, negated: {
-            "op": op,
-            "value": value,
-            "search": search,
-            "negated": negated,
-        },
-        st.sampled_from(["contains", "startswith", "endswith"]),
-        values_or_null,
-        texts,
-        st.booleans(),
-    ),
-    st.sampled_from([True, False, None]).map(lambda v: {"op": "literal", "value": v}),
-)
-trees = st.recursive(
-    predicates,
-    lambda children: st.one_of(
-        children.map(lambda child: {"op": "not", "arg": child}),
-        st.builds(
-            lambda op, args: {"op": op, "args": args},
-            st.sampled_from(["and", "or"]),
-            st.lists(children, min_size=2, max_size=3),
-        ),
-    ),
-    max_leaves=8,
-)
+trees = filter_trees(names, texts, numbers)
 
 
 @settings(max_examples=300, deadline=None)
