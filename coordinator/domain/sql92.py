@@ -30,7 +30,9 @@ Where this differs from RocketMQ, on purpose: NOT binds looser than a
 comparison, as in SQL (`NOT a = 'x'` is `NOT (a = 'x')`; RocketMQ negates
 `a` alone, which can never match); a property alone is not a condition
 (RocketMQ casts it to a boolean that is never true); `+` and `-` apply to
-number literals only.
+number literals only. (At evaluation, in sql92_matches: a comparison that
+cannot be made, a text against a number, is unknown where RocketMQ fails
+the whole expression.)
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ SQL92_MAX_LENGTH = 4096
 # Parentheses and NOTs nested deeper than this are refused: the parser and
 # the database's evaluation both recurse once per level.
 MAX_NESTING = 64
-TAGS_PROPERTY = "TAGS"  # RocketMQ's name for the message's tag in a filter
 COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
 ORDERINGS = frozenset({"<", "<=", ">", ">="})
 TEXT_MATCHES = ("CONTAINS", "STARTSWITH", "ENDSWITH")
