@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 from coordinator.core.configs import TransactionsConfig
 from coordinator.core.ids import new_message_id, new_transaction_id
 from coordinator.db.queries import fetch_all
+from coordinator.domain.delivery_time import RecallHandle
 from coordinator.domain.errors import (
     CoordinatorError,
     InvalidMessage,
@@ -106,6 +107,8 @@ async def insert_validated(
         "bodies": [m.body for m in messages],
         "properties": [Jsonb(m.properties) for m in messages],
         "immunity_seconds": [m.check_immunity_seconds for m in messages],
+        "deliver_at": [m.deliver_at for m in messages],
+        "trace_contexts": [m.trace_context for m in messages],
         "kind": kind.value,
         "state": state.value,
         "transaction_timeout_seconds": config.transaction_timeout_seconds,
@@ -148,9 +151,16 @@ async def insert_validated(
                 transaction_id=row["transaction_id"],
                 state=MessageState(row["state"]),
                 created=earlier is None,
+                recall_handle=_recall_handle(message, row["id"], message_id),
             )
         )
     return outcomes
+
+
+def _recall_handle(message: NewMessage, offset: int, message_id: str) -> str | None:
+    if message.deliver_at is None:
+        return None
+    return RecallHandle(topic=message.topic, offset=offset, message_id=message_id).encode()
 
 
 def _fingerprint(message: NewMessage, kind: MessageKind) -> tuple[str, str | None, str, bytes]:
