@@ -38,6 +38,7 @@ from coordinator.client.listener import AsyncTransactionListener, TransactionLis
 from coordinator.client.message import (
     LocalTransactionState,
     Message,
+    RecallResult,
     ReceivedMessage,
     SendResult,
     SendStatus,
@@ -67,6 +68,7 @@ __all__ = [
     "ProducerGroupMismatch",
     "PushConsumer",
     "RateLimited",
+    "RecallResult",
     "ReceivedMessage",
     "RetryPolicy",
     "RetrySchedule",
