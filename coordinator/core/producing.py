@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -17,7 +18,7 @@ from psycopg.types.json import Jsonb
 from coordinator.core.configs import TransactionsConfig
 from coordinator.core.ids import new_message_id, new_transaction_id
 from coordinator.db.queries import fetch_all
-from coordinator.domain.delivery_time import RecallHandle
+from coordinator.domain.delivery_time import RecallHandle, check_delivery_time
 from coordinator.domain.errors import (
     CoordinatorError,
     InvalidMessage,
@@ -51,6 +52,9 @@ def validate_batch(
             if transactional:
                 message = with_property_immunity(message)
             check_new_message(message, config, transactional=transactional)
+            if message.deliver_at is not None:
+                deliver_at = check_delivery_time(message.deliver_at, config.max_delay_seconds)
+                message = replace(message, deliver_at=deliver_at)
         except InvalidMessage as error:
             if len(messages) == 1:
                 raise

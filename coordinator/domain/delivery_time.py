@@ -35,7 +35,8 @@ _VERSION = "v1"
 def check_delivery_time(
     deliver_at: datetime | None, max_delay_seconds: float, *, now: datetime | None = None
 ) -> datetime | None:
-    """The delivery time as stored (UTC), or InvalidMessage saying why it is refused."""
+    """The delivery time as stored (UTC; a time past is now), or InvalidMessage
+    saying why it is refused."""
     if deliver_at is None:
         return None
     if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
@@ -47,6 +48,8 @@ def check_delivery_time(
             f"the delivery time {deliver_at.isoformat()} is {ahead:.0f} s ahead; at most "
             f"{max_delay_seconds:g} s (max_delay_seconds) is allowed"
         )
+    if ahead <= 0:
+        return now
     return deliver_at.astimezone(UTC)
 
 
