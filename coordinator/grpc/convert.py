@@ -164,8 +164,16 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
     )
 
 
+# Seconds beyond this (the year 5138) are milliseconds: the Python client
+# (5.1.2) writes its delivery_timestamp, in milliseconds as documented, into
+# the Timestamp's seconds.
+_MILLISECONDS_AS_SECONDS = 10**11
+
+
 def _datetime_of(stamp: Any) -> datetime:
     try:
+        if stamp.seconds > _MILLISECONDS_AS_SECONDS:
+            return datetime.fromtimestamp(stamp.seconds / 1000, tz=UTC)
         return stamp.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError):
         raise InvalidMessage("the delivery_timestamp is not a valid time") from None
