@@ -420,3 +420,29 @@ def test_check_back_reaches_the_node_checker_which_commits(
     assert row["resolution_source"] == "check"
     assert timeline(db, sent["message_id"])[-1] == ("check", "prepared", "committed")
     assert unacked_deliveries(db) == 0
+
+
+def test_delay_message_arrives_at_its_time_and_another_is_recalled(
+    node_client: NodeClient,
+    grpc_server: tuple[ServeProcess, str],
+    db: psycopg.Connection,
+    tmp_path: Path,
+) -> None:
+    server, endpoint = grpc_server
+    run = run_driver(node_client, server, endpoint, "delay", tmp_path)
+    assert_started(run)
+    assert_clean_exit(run)
+    sent = run.one("sent")
+    assert sent["has_recall_handle"]
+    message = assert_received_once(run, sent["message_id"], "hello from node, delay")
+    assert message["delivery_timestamp"] == sent["delivery_timestamp"]
+    assert message["received_at"] >= sent["delivery_timestamp"]
+    recalled = run.one("recalled")
+    assert recalled["answer"] in (None, recalled["message_id"])
+    history = db.execute(
+        "SELECT h.detail FROM message_history h JOIN messages m ON m.id = h.message_offset"
+        " WHERE m.message_id = %s ORDER BY h.id",
+        (recalled["message_id"],),
+    ).fetchall()
+    assert history[-1] == ("recalled",)
+    assert unacked_deliveries(db) == 0
