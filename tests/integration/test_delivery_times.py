@@ -5,12 +5,12 @@ of an end in the history. Timing bounds are generous (no tight timed asserts).""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
+from bench import delay as bench_delay
 from coordinator.core import Coordinator
 from coordinator.domain.errors import InvalidMessage, NotFound, StateConflict
 from coordinator.domain.messages import NewMessage
@@ -152,18 +152,11 @@ async def test_the_source_of_an_end_is_in_the_history(core: Coordinator) -> None
         assert record.history[-1].source is source
 
 
-async def test_many_delayed_messages_come_due_in_time(subscribed: Coordinator) -> None:
-    """A short version of bench.delay: each is received soon after its time."""
-    core = subscribed
-    start = datetime.now(UTC)
-    dues = [start + timedelta(seconds=1 + i * 0.05) for i in range(40)]
-    await core.transactions.send_batch([normal(deliver_at=d) for d in dues])
-    lateness: list[float] = []
-    stop = time.monotonic() + 30
-    while len(lateness) < len(dues) and time.monotonic() < stop:
-        for message in await core.delivery.receive(GROUP, wait_seconds=5):
-            assert message.deliver_at is not None
-            lateness.append((datetime.now(UTC) - message.deliver_at).total_seconds())
-            await core.delivery.ack(GROUP, message.receipt_handle)
-    assert len(lateness) == len(dues)
-    assert min(lateness) >= 0 and max(lateness) < 5
+async def test_the_delay_benchmark_receives_every_message_after_its_time(
+    database_url: str,
+) -> None:
+    """A short run of bench.delay: nothing early, nothing lost (its figures are not judged)."""
+    result = await bench_delay.run(database_url, pending=300, spread=2.0, lead=2.0)
+    assert result.received == result.pending == 300
+    assert result.early == 0
+    assert result.max_ms < 10_000  # generous: the machine may be busy
