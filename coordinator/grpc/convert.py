@@ -175,7 +175,7 @@ def _datetime_of(stamp: Any) -> datetime:
         if stamp.seconds > _MILLISECONDS_AS_SECONDS:
             return datetime.fromtimestamp(stamp.seconds / 1000, tz=UTC)
         return stamp.ToDatetime(tzinfo=UTC)
-    except (ValueError, OverflowError):
+    except (ValueError, OverflowError, OSError):
         raise InvalidMessage("the delivery_timestamp is not a valid time") from None
 
 
