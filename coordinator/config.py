@@ -16,6 +16,7 @@ from typing import Any, Literal, Self
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
 from coordinator.domain.immunity import longest_check_immunity
 
 MIB = 1024 * 1024
@@ -115,6 +116,12 @@ class Settings(BaseSettings):
     )
     max_request_bytes: int = Field(
         default=64 * MIB, gt=0, description="Largest HTTP request body accepted (HTTP 413)."
+    )
+    max_delay_seconds: float = Field(
+        default=DEFAULT_MAX_DELAY_SECONDS,
+        gt=0,
+        description="timerMaxDelaySec: furthest delivery time of a delay or timer message, "
+        "in seconds from its send.",
     )
     max_batch_size: int = Field(
         default=1000, ge=1, description="Most messages accepted in one batch request."

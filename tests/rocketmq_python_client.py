@@ -83,6 +83,7 @@ def _message_record(message: Any) -> dict[str, Any]:
         "delivery_attempt": message.delivery_attempt,
         "receipt_handle": message.receipt_handle,
         "corrupted": message.corrupted,
+        "delivery_timestamp": message.delivery_timestamp,
     }
 
 
@@ -98,6 +99,8 @@ def _new_message(topic: str, command: dict[str, Any]) -> Any:
         message.keys = key
     for name, value in command.get("properties", {}).items():
         message.add_property(name, value)
+    if command.get("delivery_timestamp"):
+        message.delivery_timestamp = command["delivery_timestamp"]  # milliseconds
     return message
 
 
@@ -162,6 +165,7 @@ def _run_producer(args: argparse.Namespace, output: _Output) -> int:
             "message_id": receipt.message_id,
             "transaction_id": receipt.transaction_id,
             "offset": receipt.offset,
+            "recall_handle": receipt.recall_handle,
         }
 
     def end(command: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +180,15 @@ def _run_producer(args: argparse.Namespace, output: _Output) -> int:
         answers[command["message_id"]] = command["answer"]
         return {}
 
-    return _serve_commands({"send": send, "end": end, "answer": answer}, producer.shutdown, output)
+    def recall(command: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"message_id": producer.recall_message(command["topic"], command["handle"])}
+        except Exception as error:  # the test reads the refusal
+            return {"error": str(error)}
+
+    return _serve_commands(
+        {"send": send, "end": end, "answer": answer, "recall": recall}, producer.shutdown, output
+    )
 
 
 def _started(client: Any, output: _Output) -> bool:

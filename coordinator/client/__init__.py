@@ -39,6 +39,7 @@ from coordinator.client.listener import AsyncTransactionListener, TransactionLis
 from coordinator.client.message import (
     LocalTransactionState,
     Message,
+    RecallResult,
     ReceivedMessage,
     SendResult,
     SendStatus,
@@ -68,6 +69,7 @@ __all__ = [
     "ProducerGroupMismatch",
     "PushConsumer",
     "RateLimited",
+    "RecallResult",
     "ReceivedMessage",
     "RetryPolicy",
     "RetrySchedule",

@@ -21,6 +21,7 @@ from coordinator.client.errors import CoordinatorUnavailable, error_for
 from coordinator.client.message import (
     LocalTransactionState,
     Message,
+    RecallResult,
     ReceivedMessage,
     SendResult,
     SendStatus,
@@ -107,9 +108,14 @@ def message_json(msg: Message, producer_group: str | None) -> dict[str, Any]:
         ("tags", msg.tags),
         ("check_immunity_seconds", msg.check_immunity_seconds),
         ("message_group", msg.message_group),
+        ("delay_seconds", msg.delay_seconds),
+        ("trace_context", msg.trace_context),
     ):
         if value is not None:
             body[name] = value
+    if msg.deliver_at is not None:
+        at = msg.deliver_at
+        body["deliver_at"] = (at if at.tzinfo is not None else at.astimezone()).isoformat()
     return body
 
 
@@ -135,6 +141,20 @@ def read_send(msg: Message, answer: dict[str, Any]) -> SendResult:
         offset=answer["offset"],
         transaction_id=answer.get("transaction_id"),
         created=answer.get("created", True),
+        recall_handle=answer.get("recall_handle"),
+    )
+
+
+def recall_call(recall_handle: str) -> Call:
+    return Call("POST", "/v1/messages/recall", json={"recall_handle": recall_handle})
+
+
+def read_recall(answer: dict[str, Any]) -> RecallResult:
+    return RecallResult(
+        message_id=answer["message_id"],
+        offset=answer["offset"],
+        topic=answer["topic"],
+        changed=answer["changed"],
     )
 
 
@@ -202,6 +222,8 @@ def received_from_json(data: dict[str, Any]) -> ReceivedMessage:
         message_group=data.get("message_group"),
         born_at=_time(data.get("born_at")),
         committed_at=_time(data.get("committed_at")),
+        deliver_at=_time(data.get("deliver_at")),
+        trace_context=data.get("trace_context"),
     )
 
 
@@ -228,6 +250,7 @@ def with_local_state(result: SendResult, state: LocalTransactionState) -> SendRe
         transaction_id=result.transaction_id,
         local_state=state,
         created=result.created,
+        recall_handle=result.recall_handle,
     )
 
 

@@ -37,6 +37,11 @@ class Message:
     transaction_id: str | None = None
     offset: int | None = None
     check_count: int | None = None  # on check-backs: how many checks so far
+    # Not receivable before this time (a naive datetime is local time) or
+    # this many seconds after the send; a half message: nor before its commit.
+    deliver_at: datetime | None = None
+    delay_seconds: float | None = None
+    trace_context: str | None = None  # a W3C traceparent, handed to consumers
 
     @property
     def body_bytes(self) -> bytes:
@@ -51,6 +56,15 @@ class SendResult:
     transaction_id: str | None = None
     local_state: LocalTransactionState | None = None  # transactional sends only
     created: bool = True  # False when the coordinator returned an earlier send
+    recall_handle: str | None = None  # with a delivery time: producer.recall() takes it back
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    message_id: str
+    offset: int
+    topic: str
+    changed: bool  # False when it was recalled before
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,8 @@ class ReceivedMessage:
     message_group: str | None = None
     born_at: datetime | None = None
     committed_at: datetime | None = None
+    deliver_at: datetime | None = None  # the delivery time it was sent with
+    trace_context: str | None = None  # the producer's W3C traceparent
 
     @property
     def text(self) -> str:

@@ -18,7 +18,7 @@ from coordinator.client._base import DEFAULT_ENDPOINT
 from coordinator.client._protocol import RetryPolicy
 from coordinator.client._transport import AsyncTransport, SyncTransport
 from coordinator.client.listener import AsyncTransactionListener, TransactionListener
-from coordinator.client.message import LocalTransactionState, Message, SendResult
+from coordinator.client.message import LocalTransactionState, Message, RecallResult, SendResult
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,11 @@ class TransactionProducer(_Producer[SyncTransport, TransactionListener], base.Sy
         """A normal (non-transactional) message."""
         return protocol.read_send(msg, self._client.call(protocol.send_call(msg)))
 
+    def recall(self, recall_handle: str) -> RecallResult:
+        """Take back a message sent with a delivery time, before that time
+        (its SendResult's recall_handle). Raises StateConflict once it was delivered."""
+        return protocol.read_recall(self._client.call(protocol.recall_call(recall_handle)))
+
     def _end(self, msg: Message, state: LocalTransactionState, *, from_check: bool) -> None:
         with _ending(msg.transaction_id, state.value):
             self._client.call(self._end_call(msg, state, from_check=from_check))
@@ -273,6 +278,9 @@ class AsyncTransactionProducer(
 
     async def send(self, msg: Message) -> SendResult:
         return protocol.read_send(msg, await self._client.call(protocol.send_call(msg)))
+
+    async def recall(self, recall_handle: str) -> RecallResult:
+        return protocol.read_recall(await self._client.call(protocol.recall_call(recall_handle)))
 
     async def _end(self, msg: Message, state: LocalTransactionState, *, from_check: bool) -> None:
         with _ending(msg.transaction_id, state.value):

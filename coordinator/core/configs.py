@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from coordinator.config import Settings
+from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class TransactionsConfig:
     transaction_timeout_seconds: float
     group_commit_max_batch: int
     group_commit_max_inflight: int
+    max_delay_seconds: float = DEFAULT_MAX_DELAY_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -17,6 +18,7 @@ from psycopg.types.json import Jsonb
 from coordinator.core.configs import TransactionsConfig
 from coordinator.core.ids import new_message_id, new_transaction_id
 from coordinator.db.queries import fetch_all
+from coordinator.domain.delivery_time import RecallHandle, check_delivery_time
 from coordinator.domain.errors import (
     CoordinatorError,
     InvalidMessage,
@@ -50,6 +52,9 @@ def validate_batch(
             if transactional:
                 message = with_property_immunity(message)
             check_new_message(message, config, transactional=transactional)
+            if message.deliver_at is not None:
+                deliver_at = check_delivery_time(message.deliver_at, config.max_delay_seconds)
+                message = replace(message, deliver_at=deliver_at)
         except InvalidMessage as error:
             if len(messages) == 1:
                 raise
@@ -106,6 +111,8 @@ async def insert_validated(
         "bodies": [m.body for m in messages],
         "properties": [Jsonb(m.properties) for m in messages],
         "immunity_seconds": [m.check_immunity_seconds for m in messages],
+        "deliver_at": [m.deliver_at for m in messages],
+        "trace_contexts": [m.trace_context for m in messages],
         "kind": kind.value,
         "state": state.value,
         "transaction_timeout_seconds": config.transaction_timeout_seconds,
@@ -148,9 +155,16 @@ async def insert_validated(
                 transaction_id=row["transaction_id"],
                 state=MessageState(row["state"]),
                 created=earlier is None,
+                recall_handle=_recall_handle(message, row["id"], message_id),
             )
         )
     return outcomes
+
+
+def _recall_handle(message: NewMessage, offset: int, message_id: str) -> str | None:
+    if message.deliver_at is None:
+        return None
+    return RecallHandle(topic=message.topic, offset=offset, message_id=message_id).encode()
 
 
 def _fingerprint(message: NewMessage, kind: MessageKind) -> tuple[str, str | None, str, bytes]:

@@ -14,13 +14,20 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from coordinator import metrics
-from coordinator.core import ending, producing
+from coordinator.core import ending, producing, recall
 from coordinator.core.configs import TransactionsConfig
 from coordinator.core.context import CoreContext
 from coordinator.core.group_commit import GroupCommitter, Item, Result, RunBatch
 from coordinator.core.ids import new_message_id
-from coordinator.domain.errors import CoordinatorError
-from coordinator.domain.messages import EndRequest, EndResult, NewMessage, SendResult
+from coordinator.domain.delivery_time import RecallHandle
+from coordinator.domain.errors import CoordinatorError, NotFound
+from coordinator.domain.messages import (
+    EndRequest,
+    EndResult,
+    NewMessage,
+    RecallResult,
+    SendResult,
+)
 from coordinator.domain.states import Resolution
 
 
@@ -72,6 +79,18 @@ class Transactions:
         metrics.count_ends(requests, outcomes)
         return outcomes
 
+    async def recall(self, recall_handle: str, *, topic: str | None = None) -> RecallResult:
+        """Take back a delayed message before its delivery time (its recall handle).
+
+        The caller must be allowed to produce to `recall_topic(recall_handle)`;
+        `topic`, when given, must be the handle's.
+        """
+        handle = RecallHandle.decode(recall_handle)
+        if topic is not None and topic != handle.topic:
+            raise NotFound(f"the recall handle is not one of topic {topic!r}")
+        async with self._context.pool.connection() as conn:
+            return await recall.recall(conn, handle)
+
     def _inserter(self, *, transactional: bool) -> RunBatch[NewMessage, SendResult]:
         async def run(
             conn: AsyncConnection[Any], messages: list[NewMessage]
@@ -92,6 +111,11 @@ class Transactions:
             max_inflight=self._config.group_commit_max_inflight,
             key=key,
         )
+
+
+def recall_topic(recall_handle: str) -> str:
+    """The topic a recall handle names: the caller must be allowed to produce to it."""
+    return RecallHandle.decode(recall_handle).topic
 
 
 def _with_message_id(message: NewMessage) -> NewMessage:

@@ -78,6 +78,11 @@ messages = Table(
     Column("next_check_at", DateTime(timezone=True), nullable=True),
     Column("resolved_at", DateTime(timezone=True), nullable=True),
     Column("resolution_source", Text, nullable=True),
+    # Not receivable before this time (a delay or timer message); a half
+    # message with one becomes receivable at the later of it and its commit.
+    Column("deliver_at", DateTime(timezone=True), nullable=True),
+    # The producer's W3C traceparent, handed to consumers with the message.
+    Column("trace_context", Text, nullable=True),
     CheckConstraint(_one_of("state", STATES), name="state"),
     CheckConstraint(_one_of("kind", KINDS), name="kind"),
     CheckConstraint(_one_of("resolution_source", SOURCES, nullable=True), name="resolution_source"),
@@ -175,6 +180,9 @@ deliveries = Table(
     Column("visible_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("receipt_handle", Text, nullable=True),
+    # The message's delivery time, when it was still ahead at the fan-out
+    # (NULL otherwise). Never updated, so receives stay HOT updates.
+    Column("deliver_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("message_offset", "consumer_group"),
     CheckConstraint("attempts >= 0", name="attempts"),
     # The claim walks a group's rows in commit order.
@@ -187,6 +195,13 @@ deliveries = Table(
         "message_group",
         "id",
         postgresql_where=text("message_group IS NOT NULL"),
+    ),
+    # A waiting receive sleeps until its group's next delayed delivery is due.
+    Index(
+        "ix_deliveries_delayed",
+        "consumer_group",
+        "deliver_at",
+        postgresql_where=text("deliver_at IS NOT NULL"),
     ),
 )
 

@@ -46,6 +46,8 @@ class ReceivedMessage(MessageFields):
     invisible_until: datetime
     consumer_group: str
     committed_at: datetime
+    deliver_at: datetime | None = None  # the delivery time it was sent with, if any
+    trace_context: str | None = None  # the producer's W3C traceparent, if any
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,8 @@ class NewMessage:
     message_id: str | None = None  # supplied by the producer for idempotent retries
     check_immunity_seconds: float | None = None  # CHECK_IMMUNITY_TIME_IN_SECONDS
     message_group: str | None = None  # FIFO key; messages of one group keep commit order
+    deliver_at: datetime | None = None  # not receivable before (delay/timer message)
+    trace_context: str | None = None  # W3C traceparent, handed to consumers
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,15 @@ class SendResult:
     transaction_id: str | None
     state: MessageState
     created: bool  # False when an earlier send with the same message id is returned
+    recall_handle: str | None = None  # a message with a delivery time: recalls it until then
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    offset: int
+    message_id: str
+    topic: str
+    changed: bool  # False when it was recalled before
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +152,8 @@ class MessageRecord(MessageFields):
     next_check_at: datetime | None
     resolved_at: datetime | None
     resolution_source: Source | None
+    deliver_at: datetime | None = None
+    trace_context: str | None = None
     history: tuple[HistoryEntry, ...] = ()
 
 

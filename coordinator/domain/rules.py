@@ -25,10 +25,12 @@ from urllib.parse import unquote
 import httpx
 
 from coordinator.domain.delivery import FilterType
+from coordinator.domain.delivery_time import check_delivery_time
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.immunity import check_immunity
 from coordinator.domain.messages import NewMessage
 from coordinator.domain.sql92 import parse_sql92
+from coordinator.domain.trace import check_trace_context
 
 
 class MessageLimits(Protocol):
@@ -42,6 +44,9 @@ class MessageLimits(Protocol):
 
     @property
     def max_check_immunity_seconds(self) -> float: ...
+
+    @property
+    def max_delay_seconds(self) -> float: ...
 
 
 # The *_PATTERN strings are also what the OpenAPI document states (JSON
@@ -195,6 +200,14 @@ def check_new_message(message: NewMessage, settings: MessageLimits, *, transacti
         if not message.message_group:
             raise InvalidMessage("message group must not be empty")
         _check_text("message group", message.message_group, NAME_MAX_LENGTH)
+    check_trace_context(message.trace_context)
+    if message.deliver_at is not None:
+        if message.message_group is not None:
+            # A delayed message would hold back the rest of its group.
+            raise InvalidMessage(
+                "a FIFO message (with a message group) cannot have a delivery time"
+            )
+        check_delivery_time(message.deliver_at, settings.max_delay_seconds)
     if transactional:
         check_immunity(message.check_immunity_seconds, settings.max_check_immunity_seconds)
     elif message.check_immunity_seconds is not None:

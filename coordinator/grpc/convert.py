@@ -22,7 +22,7 @@ import io
 import math
 import zlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
@@ -120,19 +120,25 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
     definition = stubs.definition
     properties = message.system_properties
     kind = properties.message_type
-    if kind not in (definition.NORMAL, definition.FIFO, definition.TRANSACTION):
+    accepted = (definition.NORMAL, definition.FIFO, definition.DELAY, definition.TRANSACTION)
+    if kind not in accepted:
         name = definition.MessageType.Name(kind) if kind in _names(definition) else str(kind)
         raise DoorError(
             "UNSUPPORTED",
-            f"message type {name} is not supported: send NORMAL, FIFO or TRANSACTION",
+            f"message type {name} is not supported: send NORMAL, FIFO, DELAY or TRANSACTION",
         )
     transactional = kind == definition.TRANSACTION
     topic = message.topic.name
     message_group = properties.message_group if properties.HasField("message_group") else None
     if kind == definition.FIFO and not message_group:
         raise DoorError("ILLEGAL_MESSAGE_GROUP", "a FIFO message needs a message group")
+    deliver_at = None
     if properties.HasField("delivery_timestamp"):
-        raise DoorError("UNSUPPORTED", "delayed delivery (delivery_timestamp) is not supported")
+        # A TRANSACTION message may carry one too (RocketMQ refuses it):
+        # receivable at that time once committed.
+        deliver_at = _datetime_of(properties.delivery_timestamp)
+    elif kind == definition.DELAY:
+        raise InvalidMessage("a DELAY message needs its delivery_timestamp")
     immunity = None
     if transactional and properties.HasField("orphaned_transaction_recovery_duration"):
         seconds = seconds_of(properties.orphaned_transaction_recovery_duration)
@@ -152,9 +158,28 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
             message_id=properties.message_id or None,
             check_immunity_seconds=immunity,
             message_group=message_group,
+            deliver_at=deliver_at,
+            trace_context=properties.trace_context
+            if properties.HasField("trace_context")
+            else None,
         ),
         transactional=transactional,
     )
+
+
+# Seconds beyond this (the year 5138) are milliseconds: the Python client
+# (5.1.2) writes its delivery_timestamp, in milliseconds as documented, into
+# the Timestamp's seconds.
+_MILLISECONDS_AS_SECONDS = 10**11
+
+
+def _datetime_of(stamp: Any) -> datetime:
+    try:
+        if stamp.seconds > _MILLISECONDS_AS_SECONDS:
+            return datetime.fromtimestamp(stamp.seconds / 1000, tz=UTC)
+        return stamp.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError, OSError):
+        raise InvalidMessage("the delivery_timestamp is not a valid time") from None
 
 
 def _names(definition: Any) -> set[int]:
@@ -184,6 +209,8 @@ def outgoing(
         kind = definition.TRANSACTION
     elif fields.message_group:
         kind = definition.FIFO
+    elif getattr(fields, "deliver_at", None) is not None:
+        kind = definition.DELAY
     else:
         kind = definition.NORMAL
     properties = definition.SystemProperties(
@@ -200,6 +227,12 @@ def outgoing(
         properties.tag = fields.tags
     if fields.message_group is not None:
         properties.message_group = fields.message_group
+    deliver_at = getattr(fields, "deliver_at", None)
+    if deliver_at is not None:
+        properties.delivery_timestamp.CopyFrom(timestamp_of(deliver_at))
+    trace_context = getattr(fields, "trace_context", None)
+    if trace_context is not None:
+        properties.trace_context = trace_context
     if receipt_handle is not None:
         properties.receipt_handle = receipt_handle
     if delivery_attempt is not None:

@@ -1,4 +1,5 @@
-"""The producers' RPCs: SendMessage (normal, FIFO and half messages) and EndTransaction.
+"""The producers' RPCs: SendMessage (normal, FIFO, delay and half messages),
+EndTransaction and RecallMessage.
 
 A transactional message's producer group is its topic (`convert.producer_group_of`):
 the token must be allowed to produce for that group, and ending the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from coordinator.core.transactions import recall_topic
 from coordinator.domain.access import Principal
 from coordinator.domain.errors import CoordinatorError, InvalidMessage
 from coordinator.domain.messages import EndRequest, SendResult
@@ -60,6 +62,7 @@ class Producing(DoorPart):
             message_id=result.message_id,
             transaction_id=result.transaction_id or "",
             offset=result.offset,
+            recall_handle=result.recall_handle or "",
         )
 
     @answered("EndTransactionResponse")
@@ -83,3 +86,17 @@ class Producing(DoorPart):
         )
         said = result.state.value if result.changed else f"{result.state.value} (unchanged)"
         return self.stubs.service.EndTransactionResponse(status=status(self.stubs, "OK", said))
+
+    @answered("RecallMessageResponse")
+    async def RecallMessage(self, request: Any, context: Any) -> Any:
+        caller = caller_of(context, self.authenticator)
+        topic = topic_of(request.topic)
+        if not request.recall_handle:
+            raise InvalidMessage("give the recall handle that SendMessage returned")
+        # Produce permission on the handle's topic, which must be the request's.
+        caller.principal.require_produce(recall_topic(request.recall_handle), None)
+        result = await self.core.transactions.recall(request.recall_handle, topic=topic)
+        said = "recalled" if result.changed else "recalled before"
+        return self.stubs.service.RecallMessageResponse(
+            status=status(self.stubs, "OK", said), message_id=result.message_id
+        )

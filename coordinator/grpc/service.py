@@ -55,6 +55,7 @@ class MessagingService:
 
         self.SendMessage = producing.SendMessage
         self.EndTransaction = producing.EndTransaction
+        self.RecallMessage = producing.RecallMessage
 
         self.ReceiveMessage = consuming.ReceiveMessage
         self.AckMessage = consuming.AckMessage

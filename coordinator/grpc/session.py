@@ -51,7 +51,12 @@ class Session:
             id=0,
             permission=definition.READ_WRITE,
             broker=definition.Broker(name="coordinator", id=0, endpoints=endpoints),
-            accept_message_types=[definition.NORMAL, definition.FIFO, definition.TRANSACTION],
+            accept_message_types=[
+                definition.NORMAL,
+                definition.FIFO,
+                definition.DELAY,
+                definition.TRANSACTION,
+            ],
         )
         return self.stubs.service.QueryRouteResponse(
             status=status(self.stubs), message_queues=[queue]

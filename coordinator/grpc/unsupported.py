@@ -23,7 +23,6 @@ UNSUPPORTED = {
     "UpdateOffset": _Unsupported("offsets (PullConsumer)", "receive with a SimpleConsumer"),
     "GetOffset": _Unsupported("offsets (PullConsumer)", "receive with a SimpleConsumer"),
     "QueryOffset": _Unsupported("offsets (PullConsumer)", "receive with a SimpleConsumer"),
-    "RecallMessage": _Unsupported("recalling delayed messages", "send without a delivery time"),
     "SyncLiteSubscription": _Unsupported("lite topics", "subscribe to a topic"),
 }
 

@@ -92,6 +92,12 @@ class ReceivedMessageOut(MessageFieldsOut):
     invisible_until: datetime
     consumer_group: str
     committed_at: datetime
+    deliver_at: datetime | None = Field(
+        default=None, description="The delivery time it was sent with, if any."
+    )
+    trace_context: str | None = Field(
+        default=None, description="The producer's W3C traceparent, if it sent one."
+    )
 
 
 class ReceiveOut(BaseModel):

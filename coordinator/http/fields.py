@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import WithJsonSchema
 
+from coordinator.domain.delivery_time import RECALL_HANDLE_MAX_LENGTH
 from coordinator.domain.rules import (
     CHECK_URL_MAX_LENGTH,
     DEAD_LETTERS_PAGE_LIMIT,
@@ -42,6 +43,7 @@ from coordinator.domain.rules import (
     TAG_PATTERN,
     TEXT_PATTERN,
 )
+from coordinator.domain.trace import TRACE_CONTEXT_MAX_LENGTH, TRACE_CONTEXT_PATTERN
 
 JsonSchema = dict[str, Any]
 
@@ -111,6 +113,13 @@ CheckUrl = Annotated[
     str,
     WithJsonSchema({"type": "string", "format": "uri", "maxLength": CHECK_URL_MAX_LENGTH}),
 ]
+TraceContext = Annotated[
+    str, WithJsonSchema(_string(TRACE_CONTEXT_PATTERN, TRACE_CONTEXT_MAX_LENGTH))
+]
+RecallHandleField = Annotated[
+    str, WithJsonSchema({"type": "string", "minLength": 1, "maxLength": RECALL_HANDLE_MAX_LENGTH})
+]
+DelaySeconds = Annotated[float, WithJsonSchema({"type": "number", "minimum": 0})]
 PositiveSeconds = Annotated[float, WithJsonSchema({"type": "number", "exclusiveMinimum": 0})]
 InvisibleSeconds = Annotated[
     float,

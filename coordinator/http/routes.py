@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from coordinator.core import Coordinator
+from coordinator.core.transactions import recall_topic
 from coordinator.domain.access import Principal
 from coordinator.domain.messages import EndRequest, MessageRecord
 from coordinator.domain.rules import ID_MAX_LENGTH, OFFSET_MAX
@@ -33,6 +34,8 @@ from coordinator.http.schemas import (
     ErrorOut,
     HealthOut,
     MessageIn,
+    RecallIn,
+    RecallOut,
     SendResultOut,
     StateCountOut,
     StatusOut,
@@ -263,6 +266,35 @@ async def send_batch(
     _require_produce_all(caller, body)
     results = await core.transactions.send_batch([m.to_message() for m in body.messages])
     return JSONResponse({"results": [send_result_json(r) for r in results]})
+
+
+@router.post(
+    "/v1/messages/recall",
+    response_model=RecallOut,
+    responses=described(
+        {
+            403: "`permission_denied`: the token may not send to the message's topic",
+            404: "`not_found`: no message has this recall handle (or not on `topic`)",
+            409: "`state_conflict`: the message was delivered already (its delivery time "
+            "came), is a half message not yet committed, or is never delivered",
+        }
+    ),
+    tags=["messages"],
+    summary="Recall a delay or timer message before its delivery time",
+)
+async def recall(
+    body: RecallIn,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> RecallOut:
+    caller.require_produce(recall_topic(body.recall_handle), None)
+    result = await core.transactions.recall(body.recall_handle, topic=body.topic)
+    return RecallOut(
+        offset=result.offset,
+        message_id=result.message_id,
+        topic=result.topic,
+        changed=result.changed,
+    )
 
 
 @router.get(

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from coordinator.domain.delivery_time import deliver_at_of
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import (
     EndRequest,
@@ -38,14 +39,17 @@ from coordinator.domain.states import Resolution
 from coordinator.http.fields import (
     BodyBase64,
     BodyText,
+    DelaySeconds,
     GroupName,
     Keys,
     MessageGroup,
     MessageId,
     PositiveSeconds,
     Properties,
+    RecallHandleField,
     Tag,
     Topic,
+    TraceContext,
 )
 from coordinator.http.message_schemas import RequestIn
 from coordinator.views.consumers import ConsumerLagOut
@@ -92,6 +96,25 @@ class MessageIn(RequestIn):
         "the property CHECK_IMMUNITY_TIME_IN_SECONDS gives it too (this field wins).",
     )
     message_group: MessageGroup | None = Field(default=None, description="FIFO message group key.")
+    deliver_at: datetime | None = Field(
+        default=None,
+        description="Not receivable before this time (a timer message), with its time zone; "
+        "a time past means now; at most max_delay_seconds (a server setting, 3 days) ahead. "
+        "On a half message: receivable at this time once committed, never before the commit. "
+        "Not with delay_seconds nor message_group.",
+        examples=["2030-01-01T12:00:00Z"],
+    )
+    delay_seconds: DelaySeconds | None = Field(
+        default=None,
+        description="Not receivable before this many seconds from now (a delay message); "
+        "the same as deliver_at, counted from the send.",
+    )
+    trace_context: TraceContext | None = Field(
+        default=None,
+        description="A W3C traceparent (00-<trace id>-<parent id>-<flags>), handed to "
+        "consumers with the message (RocketMQ's trace_context).",
+        examples=["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"],
+    )
 
     # The decoded body, kept from validation so it is decoded once.
     _body: bytes = PrivateAttr(default=b"")
@@ -100,6 +123,8 @@ class MessageIn(RequestIn):
     def _one_body(self) -> Self:
         if (self.body_base64 is None) == (self.body_text is None):
             raise ValueError("give the body as exactly one of body_base64 or body_text")
+        if self.deliver_at is not None and self.delay_seconds is not None:
+            raise ValueError("give at most one of deliver_at or delay_seconds")
         if self.body_base64 is not None:
             try:
                 self._body = base64.b64decode(self.body_base64, validate=True)
@@ -120,6 +145,8 @@ class MessageIn(RequestIn):
             message_id=self.message_id,
             check_immunity_seconds=self.check_immunity_seconds,
             message_group=self.message_group,
+            deliver_at=self.deliver_at or deliver_at_of(self.delay_seconds),
+            trace_context=self.trace_context,
         )
 
 
@@ -137,6 +164,11 @@ class SendResultOut(BaseModel):
     created: bool = Field(
         description="False when an earlier send with this message id is returned."
     )
+    recall_handle: str | None = Field(
+        default=None,
+        description="A message with a delivery time: recalls it until then "
+        "(POST /v1/messages/recall).",
+    )
 
 
 def _stored_json(result: SendResult | EndResult) -> dict[str, object]:
@@ -151,7 +183,23 @@ def _stored_json(result: SendResult | EndResult) -> dict[str, object]:
 
 def send_result_json(result: SendResult) -> dict[str, object]:
     """SendResultOut as a plain dict, for the hot routes that skip re-validation."""
-    return {**_stored_json(result), "created": result.created}
+    return {
+        **_stored_json(result),
+        "created": result.created,
+        "recall_handle": result.recall_handle,
+    }
+
+
+class RecallIn(RequestIn):
+    recall_handle: RecallHandleField = Field(description="What the send answered with.")
+    topic: Topic | None = Field(default=None, description="If given, must be the message's.")
+
+
+class RecallOut(BaseModel):
+    offset: int
+    message_id: str
+    topic: str
+    changed: bool = Field(description="False when it was recalled before.")
 
 
 class BatchOut(BaseModel):

@@ -24,6 +24,8 @@ class MessageOut(MessageFieldsOut):
     next_check_at: datetime | None
     resolved_at: datetime | None
     resolution_source: str | None
+    deliver_at: datetime | None = None
+    trace_context: str | None = None
     history: list[HistoryOut]
 
     @classmethod

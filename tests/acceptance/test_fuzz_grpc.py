@@ -10,6 +10,7 @@ messages whose sends were answered OK.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from rocketmq.grpc_protocol import definition_pb2 as d
 from rocketmq.grpc_protocol import service_pb2 as s
 
 from coordinator.config import Settings
+from coordinator.domain.delivery_time import RecallHandle
 from tests.grpc_door import OK, GrpcDoor, code, grpc_door, metadata
 from tests.own_postgres import own_postgres
 
@@ -31,6 +33,13 @@ pytestmark = pytest.mark.slow
 REALISTIC_STRINGS = ["orders", "billing", "*", "TagA || TagB", "", "1.abc", "MSG1", "x" * 200]
 INTERNAL = {code("INTERNAL_ERROR"), code("INTERNAL_SERVER_ERROR")}
 MAX_DEPTH = 3
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _near_now() -> st.SearchStrategy[int]:
+    # Delivery times around now: past, soon, within and beyond the maximum.
+    return st.integers(-10, 5 * 24 * 3600).map(lambda ahead: int(time.time()) + ahead)
+
 
 _text = st.one_of(
     st.sampled_from(REALISTIC_STRINGS),
@@ -178,7 +187,7 @@ def test_sends_store_exactly_the_messages_answered_ok(
     fuzzed: GrpcDoor, database_url_module: str
 ) -> None:
     realistic = st.builds(
-        lambda kind, tag, body, group, message_id: d.Message(
+        lambda kind, tag, body, group, message_id, due, trace: d.Message(
             topic=d.Resource(name="fuzz"),
             system_properties=d.SystemProperties(
                 message_type=kind,
@@ -186,6 +195,8 @@ def test_sends_store_exactly_the_messages_answered_ok(
                 message_id=message_id,
                 **({"tag": tag} if tag is not None else {}),
                 **({"message_group": group} if group is not None else {}),
+                **({"delivery_timestamp": {"seconds": due}} if due is not None else {}),
+                **({"trace_context": trace} if trace is not None else {}),
             ),
             body=body,
         ),
@@ -194,6 +205,8 @@ def test_sends_store_exactly_the_messages_answered_ok(
         st.binary(max_size=5000),
         st.one_of(st.none(), _text),
         st.one_of(st.uuids().map(lambda u: f"F{u.hex}"), _text),
+        st.one_of(st.none(), st.integers(0, 253_402_300_799), _near_now()),
+        st.one_of(st.none(), st.just(TRACE), _text),
     )
     stored_ok: set[str] = set()
     with psycopg.connect(database_url_module) as conn:
@@ -218,6 +231,45 @@ def test_sends_store_exactly_the_messages_answered_ok(
         after = {row[0] for row in conn.execute("SELECT message_id FROM messages")}
     assert stored_ok <= after  # every send answered OK is stored
     assert after - before <= stored_ok  # and nothing else
+
+
+def test_recall_answers_any_handle_with_a_status(fuzzed: GrpcDoor) -> None:
+    """RecallMessage with handles that decode (any topic, offset, message id) and that do not."""
+    sent = fuzzed.send(
+        d.Message(
+            topic=d.Resource(name="fuzz"),
+            system_properties=d.SystemProperties(
+                message_type=d.DELAY,
+                body_encoding=d.IDENTITY,
+                message_id="FRECALL1",
+                delivery_timestamp={"seconds": int(time.time()) + 3600},
+            ),
+            body=b"later",
+        )
+    )
+    real = sent.entries[0].recall_handle
+    assert real
+    handles = st.one_of(
+        st.just(real),
+        st.builds(
+            lambda topic, offset, message_id: RecallHandle(topic, offset, message_id).encode(),
+            st.one_of(st.just("fuzz"), _text),
+            st.integers(-5, 2**64),
+            st.one_of(st.just("FRECALL1"), _text),
+        ),
+        _text,
+    )
+
+    @seed(15)
+    @_FUZZ
+    @given(handle=handles, topic=st.one_of(st.just("fuzz"), _text))
+    def recall(handle: str, topic: str) -> None:
+        request = s.RecallMessageRequest(topic=d.Resource(name=topic), recall_handle=handle)
+        state = _unary_status(fuzzed, "RecallMessage", request)
+        assert state.code not in INTERNAL | {0}, state.message
+        assert state.message
+
+    recall()
 
 
 def test_a_request_that_is_no_protobuf_gets_a_sentence(fuzzed: GrpcDoor) -> None:

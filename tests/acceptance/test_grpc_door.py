@@ -87,7 +87,7 @@ def test_query_route_lists_queue_0_on_the_address_the_client_used(door: GrpcDoor
     assert queue_.permission == d.READ_WRITE
     assert queue_.broker.id == 0
     assert queue_.broker.endpoints == endpoints
-    assert set(queue_.accept_message_types) == {d.NORMAL, d.FIFO, d.TRANSACTION}
+    assert set(queue_.accept_message_types) == {d.NORMAL, d.FIFO, d.DELAY, d.TRANSACTION}
 
     bad = door.call("QueryRoute", s.QueryRouteRequest(topic=resource("no spaces allowed")))
     assert bad.status.code == code("ILLEGAL_TOPIC")
@@ -201,7 +201,7 @@ def test_the_check_immunity_user_property_is_honoured_below_the_recovery_duratio
     ("build", "expected", "words"),
     [
         (lambda: message(TOPIC, kind=d.FIFO), "ILLEGAL_MESSAGE_GROUP", "message group"),
-        (lambda: message(TOPIC, kind=d.DELAY), "UNSUPPORTED", "DELAY"),
+        (lambda: message(TOPIC, kind=d.DELAY), "BAD_REQUEST", "delivery_timestamp"),
         (lambda: message(TOPIC, kind=d.MESSAGE_TYPE_UNSPECIFIED), "UNSUPPORTED", "type"),
         (lambda: message("bad topic!"), "ILLEGAL_TOPIC", "topic"),
         (lambda: message(TOPIC, message_id="spaces are not ids"), "BAD_REQUEST", "message id"),
@@ -412,7 +412,6 @@ def test_unsupported_rpcs_answer_a_sentence(door: GrpcDoor) -> None:
         ("UpdateOffset", s.UpdateOffsetRequest()),
         ("GetOffset", s.GetOffsetRequest()),
         ("QueryOffset", s.QueryOffsetRequest()),
-        ("RecallMessage", s.RecallMessageRequest()),
         ("SyncLiteSubscription", s.SyncLiteSubscriptionRequest()),
     ]:
         answer = door.call(rpc, request)

@@ -442,3 +442,29 @@ def test_sql92_filter_selects_by_properties_and_a_bad_one_is_refused(
             "SELECT consumer_group, filter_type, expression FROM subscriptions ORDER BY 1"
         ).fetchall()
     assert rows == [(GROUP, "sql92", f"amount > 100 AND TAGS = '{TAG}'")]
+
+
+def test_delay_message_arrives_at_its_time_and_another_is_recalled(
+    node_client: NodeClient,
+    grpc_server: tuple[ServeProcess, str],
+    db: psycopg.Connection,
+    tmp_path: Path,
+) -> None:
+    server, endpoint = grpc_server
+    run = run_driver(node_client, server, endpoint, "delay", tmp_path)
+    assert_started(run)
+    assert_clean_exit(run)
+    sent = run.one("sent")
+    assert sent["has_recall_handle"]
+    message = assert_received_once(run, sent["message_id"], "hello from node, delay")
+    assert message["delivery_timestamp"] == sent["delivery_timestamp"]
+    assert message["received_at"] >= sent["delivery_timestamp"]
+    recalled = run.one("recalled")
+    assert recalled["answer"] in (None, recalled["message_id"])
+    history = db.execute(
+        "SELECT h.detail FROM message_history h JOIN messages m ON m.id = h.message_offset"
+        " WHERE m.message_id = %s ORDER BY h.id",
+        (recalled["message_id"],),
+    ).fetchall()
+    assert history[-1] == ("recalled",)
+    assert unacked_deliveries(db) == 0

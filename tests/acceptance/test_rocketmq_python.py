@@ -703,3 +703,33 @@ def test_the_rocketmq_client_example(
             "SELECT state, resolution_source FROM messages WHERE topic = 'rocketmq-example'"
         ).fetchall()
         assert rows == [("committed", "client")]
+
+
+def test_a_delay_message_arrives_at_its_time_and_another_is_recalled(
+    database_url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    topic, group = unique("timers"), unique("billing")
+    with (
+        grpc_coordinator(database_url, tmp_path) as (_, endpoint),
+        consumer_process(tmp_path, "consumer", endpoint, group, topic) as consumer,
+        producer_process(tmp_path, "producer", endpoint, [topic], "commit") as producer,
+    ):
+        wait_subscribed(db, group, topic)
+        due = int(time.time() * 1000) + 2000  # milliseconds, as the client documents
+        sent = producer.call("send", topic=topic, body="soon", delivery_timestamp=due)
+        later = producer.call("send", topic=topic, body="later", delivery_timestamp=due + 3_600_000)
+        assert sent["recall_handle"] and later["recall_handle"]
+        recalled = producer.call("recall", topic=topic, handle=later["recall_handle"])
+        assert recalled["message_id"] == later["message_id"]
+        [message] = receive_until(consumer, 1)
+        assert time.time() * 1000 >= due
+        assert message["body"] == "soon" and message["delivery_timestamp"] == due
+        consumer.call("ack", message_id=message["message_id"])
+        refused = producer.call("recall", topic=topic, handle=sent["recall_handle"])
+        assert "already delivered" in refused["error"]
+        history = db.execute(
+            "SELECT h.detail FROM message_history h JOIN messages m ON m.id = h.message_offset"
+            " WHERE m.message_id = %s ORDER BY h.id",
+            (later["message_id"],),
+        ).fetchall()
+        assert history[-1] == ("recalled",)

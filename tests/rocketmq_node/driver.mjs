@@ -12,6 +12,8 @@
 //             reaches the producer's checker, which commits it; received once
 //   sql92     a SimpleConsumer with a SQL92 filter gets only the normal message
 //             whose properties match; one with a bad SQL92 expression is refused
+//   delay     a delay message due in 2 s, received at its time; another, due in
+//             an hour, recalled with its recall handle
 //
 // The SimpleConsumer starts first: the coordinator delivers only what is
 // committed after the subscription exists.
@@ -58,7 +60,7 @@ for (const name of [ 'endpoint', 'topic', 'group', 'scenario' ]) {
     throw new Error(`--${name} is required`);
   }
 }
-const SCENARIOS = new Set([ 'normal', 'commit', 'rollback', 'checkback', 'sql92' ]);
+const SCENARIOS = new Set([ 'normal', 'commit', 'rollback', 'checkback', 'sql92', 'delay' ]);
 if (!SCENARIOS.has(args.scenario)) {
   throw new Error(`unknown --scenario ${args.scenario}`);
 }
@@ -128,6 +130,8 @@ function messageFields(view) {
     delivery_attempt: view.deliveryAttempt ?? null,
     corrupted: view.corrupted === true,
     has_receipt_handle: Boolean(view.receiptHandle),
+    delivery_timestamp: view.deliveryTimestamp ? view.deliveryTimestamp.getTime() : null,
+    received_at: Date.now(),
   };
 }
 
@@ -248,6 +252,22 @@ async function run(clients) {
         await receiveOnce(consumer, receipt.messageId);
       }
     }
+    return;
+  }
+  if (args.scenario === 'delay') {
+    const due = new Date(Date.now() + 2000);
+    const receipt = await step('send', producer.send({ ...message, deliveryTimestamp: due }));
+    emit('sent', {
+      message_id: receipt.messageId,
+      delivery_timestamp: due.getTime(),
+      has_recall_handle: Boolean(receipt.recallHandle),
+    });
+    const later = await step('send', producer.send({
+      ...newMessage(), deliveryTimestamp: new Date(Date.now() + 3600000),
+    }));
+    const recalled = await step('recall', producer.recallMessage(args.topic, later.recallHandle));
+    emit('recalled', { message_id: later.messageId, answer: recalled.messageId ?? null });
+    await receiveOnce(consumer, receipt.messageId);
     return;
   }
   if (args.scenario === 'normal') {

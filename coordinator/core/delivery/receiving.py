@@ -106,6 +106,8 @@ class Receiving:
                 if remaining <= 0 or self._context.stopping.is_set():
                     return []
                 pause = min(remaining, self.poll_interval_seconds)
+                if waiter is not None:
+                    pause = min(pause, await self._until_next_delayed(params))
                 if waiter is None:
                     await asyncio.sleep(pause)
                 else:
@@ -116,6 +118,22 @@ class Receiving:
         if notifier is None:
             return nullcontext(None)
         return notifier.subscribe(DELIVERIES_CHANNEL, consumer_group)
+
+    async def _until_next_delayed(self, params: dict[str, Any]) -> float:
+        """Seconds until the group's next delayed delivery is due (inf: none).
+
+        A delayed delivery becomes visible with no NOTIFY; its commit's
+        NOTIFY woke this receive, which now sleeps until then.
+        """
+        async with self._context.pool.connection() as conn:
+            row = await fetch_one(
+                conn,
+                "next_delayed_delivery",
+                {"consumer_group": params["consumer_group"], "topic": params["topic"]},
+            )
+        seconds = None if row is None else row["seconds"]
+        # A little after the due time: the claim compares with its own now().
+        return float("inf") if seconds is None else max(seconds, 0.0) + 0.005
 
     async def _claim(self, params: dict[str, Any]) -> tuple[list[ReceivedMessage], int]:
         async with self._context.pool.connection() as conn:

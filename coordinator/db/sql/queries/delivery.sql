@@ -106,10 +106,20 @@ outcome AS (
 SELECT o.dead_lettered, o.receipt_handle, o.attempts, o.visible_at, o.committed_at,
        o.consumer_group, m.id AS message_offset, m.message_id, m.transaction_id,
        m.producer_group, m.topic, m.tags, m.keys, m.message_group, m.properties, m.body,
-       m.born_at
+       m.born_at, m.deliver_at, m.trace_context
 FROM outcome o
 JOIN messages m ON m.id = o.message_offset
 ORDER BY o.id;
+
+-- name: next_delayed_delivery
+-- Seconds until the group's next delayed delivery comes due (NULL: none
+-- ahead), read from ix_deliveries_delayed alone: a waiting receive sleeps
+-- no longer, since no NOTIFY marks that moment.
+SELECT extract(epoch FROM min(d.deliver_at) - now())::float8 AS seconds
+FROM deliveries d
+WHERE d.consumer_group = %(consumer_group)s::text
+  AND d.deliver_at > now()
+  AND (%(topic)s::text IS NULL OR d.topic = %(topic)s::text);
 
 -- name: ack_deliveries
 -- Acks by receipt handle: deletes each delivery whose current handle is the

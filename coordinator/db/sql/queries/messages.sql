@@ -21,17 +21,19 @@ WITH incoming AS (
         %(message_groups)b::text[],
         %(bodies)b::bytea[],
         %(properties)b::jsonb[],
-        %(immunity_seconds)b::float8[]
+        %(immunity_seconds)b::float8[],
+        %(deliver_at)b::timestamptz[],
+        %(trace_contexts)b::text[]
     ) WITH ORDINALITY AS i (
         message_id, transaction_id, producer_group, topic, tags, keys,
-        message_group, body, properties, immunity_seconds, position
+        message_group, body, properties, immunity_seconds, deliver_at, trace_context, position
     )
 ),
 inserted AS (
     INSERT INTO messages (
         message_id, transaction_id, kind, producer_group, topic, tags, keys,
         message_group, body, properties, state, check_immunity, next_check_at,
-        resolved_at, resolution_source
+        resolved_at, resolution_source, deliver_at, trace_context
     )
     SELECT
         message_id, transaction_id, %(kind)s::text, producer_group, topic, tags,
@@ -42,7 +44,8 @@ inserted AS (
              THEN now() + make_interval(secs => coalesce(immunity_seconds, %(transaction_timeout_seconds)s::float8))
         END,
         CASE WHEN %(state)s::text = 'prepared' THEN NULL ELSE now() END,
-        CASE WHEN %(state)s::text = 'prepared' THEN NULL ELSE 'client' END
+        CASE WHEN %(state)s::text = 'prepared' THEN NULL ELSE 'client' END,
+        deliver_at, trace_context
     FROM incoming
     ORDER BY position
     ON CONFLICT (message_id) DO NOTHING
@@ -95,3 +98,40 @@ SELECT message_offset, message_id, transaction_id, producer_group, topic, age,
 FROM pending_transactions
 ORDER BY born_at, message_offset
 LIMIT 1;
+
+-- name: lock_recall_target
+-- A recall's first step: the message, locked against its commit and
+-- against another recall, and whether it was recalled before.
+SELECT m.id, m.message_id, m.topic, m.state, m.deliver_at,
+       EXISTS (
+           SELECT 1 FROM message_history h
+           WHERE h.message_offset = m.id AND h.detail = 'recalled'
+       ) AS recalled
+FROM messages m
+WHERE m.id = %(offset)s::bigint
+FOR UPDATE OF m;
+
+-- name: lock_recall_deliveries
+-- The second: its deliveries, locked in id order (waiting for a receive
+-- that holds one). clock_timestamp() is read after the locks: a receive
+-- that claimed one before them began before this time, so while the
+-- delivery time is still ahead of it, none was received, and none can be
+-- while the locks are held.
+WITH locked AS (
+    SELECT d.id, d.attempts
+    FROM deliveries d
+    WHERE d.message_offset = %(offset)s::bigint
+    ORDER BY d.id
+    FOR UPDATE OF d
+)
+SELECT (SELECT count(*) FROM locked WHERE attempts > 0) AS received,
+       %(deliver_at)s::timestamptz > clock_timestamp() AS ahead;
+
+-- name: recall_message
+-- The third, once the two above allow it: the deliveries go and the recall
+-- is written in the message's history.
+WITH gone AS (
+    DELETE FROM deliveries WHERE message_offset = %(offset)s::bigint
+)
+INSERT INTO message_history (message_offset, source, from_state, to_state, detail)
+VALUES (%(offset)s::bigint, 'client', 'committed', 'committed', 'recalled');

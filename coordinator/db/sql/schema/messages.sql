@@ -16,7 +16,9 @@ ALTER TABLE messages SET (fillfactor = 85, autovacuum_vacuum_scale_factor = 0.05
 -- index lookups. The plans are generic (planned once per session) and may
 -- not scan a table: the arrays below can hold one id or thousands, and a
 -- table that was empty when the plan was made may hold millions of rows
--- later.
+-- later. A message with a delivery time still ahead gets deliveries that
+-- become visible then (and carry it in deliver_at, for the receivers that
+-- wait for it); one whose time has passed is visible at once.
 CREATE FUNCTION messages_changed() RETURNS trigger
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -27,13 +29,15 @@ DECLARE
     topics text[];
     tag_values text[];
     message_groups text[];
+    deliver_times timestamptz[];
     closed bigint[];       -- messages that left 'prepared'
     notified text[];
 BEGIN
     IF TG_OP = 'INSERT' THEN
         SELECT array_agg(n.id ORDER BY n.id), array_agg(n.topic ORDER BY n.id),
-               array_agg(n.tags ORDER BY n.id), array_agg(n.message_group ORDER BY n.id)
-        INTO ids, topics, tag_values, message_groups
+               array_agg(n.tags ORDER BY n.id), array_agg(n.message_group ORDER BY n.id),
+               array_agg(n.deliver_at ORDER BY n.id)
+        INTO ids, topics, tag_values, message_groups, deliver_times
         FROM new_messages n
         WHERE n.state = 'committed';
     ELSE
@@ -43,10 +47,11 @@ BEGIN
                array_agg(c.topic ORDER BY c.id) FILTER (WHERE c.delivers),
                array_agg(c.tags ORDER BY c.id) FILTER (WHERE c.delivers),
                array_agg(c.message_group ORDER BY c.id) FILTER (WHERE c.delivers),
+               array_agg(c.deliver_at ORDER BY c.id) FILTER (WHERE c.delivers),
                array_agg(c.id) FILTER (WHERE c.closes)
-        INTO ids, topics, tag_values, message_groups, closed
+        INTO ids, topics, tag_values, message_groups, deliver_times, closed
         FROM (
-            SELECT n.id, n.topic, n.tags, n.message_group,
+            SELECT n.id, n.topic, n.tags, n.message_group, n.deliver_at,
                    n.state = 'committed' AND o.state <> 'committed' AS delivers,
                    o.state = 'prepared' AND n.state <> 'prepared' AS closes
             FROM new_messages n
@@ -86,9 +91,14 @@ BEGIN
         FOR KEY SHARE
     ),
     fanned AS (
-        INSERT INTO deliveries (message_offset, consumer_group, topic, message_group)
-        SELECT m.id, s.consumer_group, m.topic, m.message_group
-        FROM unnest(ids, topics, tag_values, message_groups) AS m (id, topic, tags, message_group)
+        INSERT INTO deliveries (
+            message_offset, consumer_group, topic, message_group, visible_at, deliver_at
+        )
+        SELECT m.id, s.consumer_group, m.topic, m.message_group,
+               greatest(now(), m.deliver_at),
+               CASE WHEN m.deliver_at > now() THEN m.deliver_at END
+        FROM unnest(ids, topics, tag_values, message_groups, deliver_times)
+             AS m (id, topic, tags, message_group, deliver_at)
         JOIN subscribed s ON s.topic = m.topic
         WHERE CASE
             WHEN s.filter IS NULL THEN s.tags IS NULL OR m.tags = ANY (s.tags)
