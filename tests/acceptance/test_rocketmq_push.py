@@ -22,6 +22,8 @@ is bounded.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -42,6 +44,7 @@ from tests.acceptance.test_rocketmq_python import (
 )
 from tests.processes import ServeProcess
 from tests.rocketmq_python_client import (
+    REPO,
     ClientProcess,
     producer_process,
     push_consumer_process,
@@ -227,3 +230,22 @@ def test_fifo_push_consumers_keep_each_message_group_in_order_one_at_a_time(
             for earlier, later in itertools.pairwise(events):
                 assert later["began"] >= earlier["ended"], f"{message_group}: two in flight"
         assert count(db, "deliveries", group) == 0
+
+
+def test_the_push_consumer_example(
+    database_url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    with grpc_coordinator(database_url, tmp_path) as (_, endpoint):
+        run = subprocess.run(
+            [sys.executable, "examples/rocketmq_push_consumer.py", endpoint],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            start_new_session=True,
+        )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "failed 'order 2' (delivery attempt 1)" in run.stdout, run.stdout
+    assert "consumed 'order 2' (delivery attempt 2)" in run.stdout, run.stdout
+    assert "all 3 consumed" in run.stdout, run.stdout
+    assert count(db, "deliveries", "rocketmq-push-example-consumers") == 0
