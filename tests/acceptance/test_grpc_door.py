@@ -423,6 +423,12 @@ def test_query_assignment_hands_a_push_consumer_the_routes_one_queue(door: GrpcD
     assert no_group.status.code == code("ILLEGAL_CONSUMER_GROUP")
     spaced = s.QueryAssignmentRequest(topic=resource("no spaces"), group=resource(GROUP))
     assert door.call("QueryAssignment", spaced).status.code == code("ILLEGAL_TOPIC")
+    namespaced = s.QueryAssignmentRequest(
+        topic=resource(TOPIC), group=d.Resource(name=GROUP, resource_namespace="tenant")
+    )
+    refused = door.call("QueryAssignment", namespaced)
+    assert refused.status.code == code("UNSUPPORTED")
+    assert "namespaces are not supported" in refused.status.message
 
 
 def test_a_push_consumers_settings_carry_its_groups_fifo_flag_and_retry_policy(
