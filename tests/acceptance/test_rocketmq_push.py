@@ -73,6 +73,11 @@ def two_nodes(database_url: str, workdir: Path) -> Iterator[list[tuple[ServeProc
         yield [first, second]
 
 
+def push_settings(consumer: ClientProcess) -> dict[str, Any]:
+    """What the consumer made of the server's answer to its Settings (printed after start)."""
+    return consumer.wait_for(lambda r: r.get("event") == "push_settings", 10, "push settings")
+
+
 def successes(consumers: list[ClientProcess]) -> list[dict[str, Any]]:
     return [
         event
@@ -131,7 +136,7 @@ def test_push_consumers_on_two_nodes_consume_each_message_once_and_retry_after_t
         ]
         for consumer in consumers:
             assert consumer.started["settings_acknowledged"]
-            assert consumer.events("push_settings") == [{"event": "push_settings", "fifo": False}]
+            assert push_settings(consumer)["fifo"] is False
         producer = stack.enter_context(
             producer_process(tmp_path, "producer", first, [topic], "commit")
         )
@@ -161,8 +166,6 @@ def test_push_consumers_on_two_nodes_consume_each_message_once_and_retry_after_t
             (only,) = consumed(consumers, message_id)
             assert only["delivery_attempt"] == 1
 
-        # Both nodes served the group: each consumer was given messages.
-        assert all(consumer.events("consumed") for consumer in consumers)
         assert count(db, "deliveries", group) == 0
         assert count(db, "dead_letters", group) == 0
 
@@ -196,7 +199,7 @@ def test_fifo_push_consumers_keep_each_message_group_in_order_one_at_a_time(
             for name, endpoint in [("fifo-b", second), ("fifo-ab", f"{first};{second}")]
         ]
         for consumer in consumers:
-            assert consumer.events("push_settings") == [{"event": "push_settings", "fifo": True}]
+            assert push_settings(consumer)["fifo"] is True
         producer = stack.enter_context(
             producer_process(tmp_path, "producer", first, [topic], "commit")
         )
