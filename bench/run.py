@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--resolved-rows", type=int, default=1_000_000)
     parser.add_argument("--backlog", type=int, default=20_000, help="due half messages to claim")
     parser.add_argument("--latency-samples", type=int, default=300)
+    parser.add_argument(
+        "--push-messages",
+        type=int,
+        default=5000,
+        help="backlog each consumer drains: the official Python PushConsumer over gRPC and a "
+        "SimpleConsumer over HTTP (0: none; skipped too without the grpc extra)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes and short runs")
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     args = parser.parse_args(argv)
@@ -73,6 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
             2_000,
             30,
         )
+        args.push_messages = min(args.push_messages, 500)
 
     report: dict = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -141,6 +149,12 @@ def main(argv: list[str] | None = None) -> dict:
         report["grpc_single"] = grpc_rows
         grpc_floor = _grpc_floor(grpc_concurrency, baseline_by_clients, args)
         report["grpc_floor"] = grpc_floor
+        if grpc_concurrency and args.push_messages:
+            from bench.push_consumer import run_push_consumer
+
+            with console.status("consumers: draining a backlog, PushConsumer and HTTP ..."):
+                drains = run_push_consumer(database.url, args.push_messages)
+            report["consumers"] = {name: load_figures(r) for name, r in drains.items()}
 
         claims = []
         for round_no, rows in enumerate((args.resolved_rows, args.resolved_rows * 10), start=1):
@@ -362,6 +376,15 @@ def _print_table(
         f"{latency.percentile(99):.1f} ms",
         "",
     )
+    consumers = report.get("consumers", {})
+    for key, measure in (
+        ("http_simple_consumer", "consume committed: SimpleConsumer over HTTP (32 per receive)"),
+        ("grpc_push_consumer", "consume committed: official Python PushConsumer (gRPC)"),
+    ):
+        if key in consumers:
+            table.add_row(
+                measure, f"{consumers[key]['messages_per_second']:,.0f} msgs/s", "", "", ""
+            )
     for claim in claims:
         table.add_row(
             f"check claim, {claim.resolved_rows:,} resolved rows",

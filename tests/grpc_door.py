@@ -112,10 +112,18 @@ def producer_settings(*topics: str) -> Any:
     )
 
 
-def consumer_settings(group: str, topic: str, expression: str = "*") -> Any:
+def consumer_settings(
+    group: str,
+    topic: str,
+    expression: str = "*",
+    *,
+    client_type: int = d.SIMPLE_CONSUMER,
+    language: int = d.PYTHON,
+) -> Any:
     return s.TelemetryCommand(
         settings=d.Settings(
-            client_type=d.SIMPLE_CONSUMER,
+            client_type=client_type,
+            user_agent=d.UA(language=language),
             subscription=d.Subscription(
                 group=resource(group),
                 subscriptions=[

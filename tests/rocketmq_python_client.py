@@ -2,11 +2,13 @@
 
 Two halves:
 
-- run as `python -m tests.rocketmq_python_client producer|consumer ...`, a
-  process that starts one client (a transactional `Producer` with a
-  `TransactionChecker`, or a `SimpleConsumer`), reads JSON commands on stdin,
-  one a line, and writes JSON lines on stdout: the answer to each command
-  (`{"id", "ok", ...}`) and events of its own (`started`, `check`);
+- run as `python -m tests.rocketmq_python_client producer|consumer|push-consumer ...`,
+  a process that starts one client (a transactional `Producer` with a
+  `TransactionChecker`, a `SimpleConsumer`, or a `PushConsumer` whose
+  listener answers by a rule given on the command line), reads JSON commands
+  on stdin, one a line, and writes JSON lines on stdout: the answer to each
+  command (`{"id", "ok", ...}`) and events of its own (`started`, `check`,
+  and `consumed` for each message the listener was given);
 - `ClientProcess`, what a test uses to start and drive such a process.
 
 The client runs in a process of its own because it writes its log under
@@ -84,6 +86,7 @@ def _message_record(message: Any) -> dict[str, Any]:
         "receipt_handle": message.receipt_handle,
         "corrupted": message.corrupted,
         "delivery_timestamp": message.delivery_timestamp,
+        "message_group": message.message_group,
     }
 
 
@@ -95,6 +98,8 @@ def _new_message(topic: str, command: dict[str, Any]) -> Any:
     message.body = command["body"].encode()
     if command.get("tag"):
         message.tag = command["tag"]
+    if command.get("message_group"):
+        message.message_group = command["message_group"]
     for key in command.get("keys", []):
         message.keys = key
     for name, value in command.get("properties", {}).items():
@@ -246,6 +251,50 @@ def _run_consumer(args: argparse.Namespace, output: _Output) -> int:
     )
 
 
+def _run_push_consumer(args: argparse.Namespace, output: _Output) -> int:
+    """A PushConsumer whose listener fails the messages whose body starts with
+    `--fail-prefix`, their first `--fail-times` times (-1: always), and takes
+    `--consume-ms` over each."""
+    from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer
+
+    failures: dict[str, int] = {}  # message_id -> times failed so far
+    lock = threading.Lock()
+
+    class Listener(MessageListener):
+        def consume(self, message: Any) -> Any:
+            began = time.time()
+            time.sleep(args.consume_ms / 1000)
+            body = (message.body or b"").decode("utf-8", errors="replace")
+            with lock:
+                failed = failures.get(message.message_id, 0)
+                fail = bool(args.fail_prefix) and body.startswith(args.fail_prefix)
+                fail = fail and (args.fail_times < 0 or failed < args.fail_times)
+                if fail:
+                    failures[message.message_id] = failed + 1
+            output.write(
+                {
+                    "event": "consumed",
+                    "result": "failure" if fail else "success",
+                    "began": began,
+                    "ended": time.time(),
+                    **_message_record(message),
+                }
+            )
+            return ConsumeResult.FAILURE if fail else ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        _configuration(args.endpoint),
+        args.group,
+        Listener(),
+        {args.topic: FilterExpression(args.expression)},
+        consumption_thread_count=4,
+    )
+    if not _started(consumer, output):
+        return 1
+    output.write({"event": "push_settings", "fifo": consumer.fifo})
+    return _serve_commands({}, consumer.shutdown, output)
+
+
 def _serve_commands(
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]],
     shutdown: Callable[[], None],
@@ -291,10 +340,20 @@ def main(argv: list[str] | None = None) -> int:
     consumer.add_argument("--expression", default="*")
     consumer.add_argument("--sql92", action="store_true", help="the expression is SQL92")
     consumer.add_argument("--await-seconds", type=int, default=2)
+    push = kinds.add_parser("push-consumer")
+    push.add_argument("--endpoint", required=True)
+    push.add_argument("--group", required=True)
+    push.add_argument("--topic", required=True)
+    push.add_argument("--expression", default="*")
+    push.add_argument("--fail-prefix", default="")
+    push.add_argument("--fail-times", type=int, default=1)
+    push.add_argument("--consume-ms", type=int, default=0)
     args = parser.parse_args(argv)
     output = _Output()
     if args.kind == "producer":
         return _run_producer(args, output)
+    if args.kind == "push-consumer":
+        return _run_push_consumer(args, output)
     return _run_consumer(args, output)
 
 
@@ -470,6 +529,37 @@ def consumer_process(
         "--await-seconds",
         str(await_seconds),
         *(["--sql92"] if sql92 else []),
+    )
+
+
+def push_consumer_process(
+    workdir: Path,
+    name: str,
+    endpoint: str,
+    group: str,
+    topic: str,
+    *,
+    fail_prefix: str = "",
+    fail_times: int = 1,
+    consume_ms: int = 0,
+) -> AbstractContextManager[ClientProcess]:
+    """A PushConsumer of `group` on `topic` whose listener answers by the rule of main."""
+    return client_process(
+        workdir,
+        name,
+        "push-consumer",
+        "--endpoint",
+        endpoint,
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--fail-prefix",
+        fail_prefix,
+        "--fail-times",
+        str(fail_times),
+        "--consume-ms",
+        str(consume_ms),
     )
 
 

@@ -8,9 +8,12 @@ imported unless gRPC is on; the generated protocol modules come from the
 - `server.py`: the grpc.aio server, a door the node starts
 - `service.py`: the service assembled from its parts, each RPC a thin call into the core:
   `producing.py` (send, end), `consuming.py` (receive, ack, invisibility,
-  dead letters), `session.py` (route, heartbeat, Telemetry, termination)
-  and `unsupported.py`; `calls.py` holds what every RPC shares
-- `telemetry.py`: a client's Telemetry stream (Settings, check-backs)
+  dead letters), `assignment.py` (a topic's one queue: routes and a
+  PushConsumer's assignment), `session.py` (route, heartbeat, Telemetry,
+  termination) and `unsupported.py`; `calls.py` holds what every RPC shares
+- `telemetry.py`: a client's Telemetry stream (Settings, check-backs);
+  `consumer_settings.py` what a consumer's Settings are answered with (its
+  group's FIFO flag and retry policy)
 - `convert.py`: RocketMQ messages to and from the core's, resolutions, and the
   topic-is-the-producer-group rule
 - `status.py`: core errors as RocketMQ status codes

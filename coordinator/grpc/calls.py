@@ -79,6 +79,11 @@ def topic_of(resource: Any) -> str:
 
 def group_of(resource: Any) -> str:
     """The consumer group a `Resource` names, checked like one given over HTTP."""
+    if resource.resource_namespace:
+        raise DoorError(
+            "UNSUPPORTED",
+            f"namespaces are not supported (got {resource.resource_namespace!r})",
+        )
     try:
         return check_consumer_group(resource.name)
     except InvalidMessage as error:

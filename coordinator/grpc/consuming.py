@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +20,12 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
 from coordinator.domain.access import Principal
-from coordinator.domain.delivery import AckOutcome, FilterType, ReceivedMessage
+from coordinator.domain.delivery import (
+    AckOutcome,
+    FilterType,
+    InvisibleDurationChange,
+    ReceivedMessage,
+)
 from coordinator.domain.errors import CoordinatorError, InvalidMessage
 from coordinator.domain.rules import (
     DEFAULT_INVISIBLE_SECONDS,
@@ -37,6 +42,7 @@ from coordinator.grpc.calls import (
     overall,
     topic_of,
 )
+from coordinator.grpc.consumer_settings import backoff_seconds
 from coordinator.grpc.status import DoorError, Unreadable, error_status, status
 from coordinator.grpc.stubs import Stubs
 
@@ -72,6 +78,8 @@ class Consuming(DoorPart):
         # (group, topic) -> filter last written, so that a receive which
         # restates an unchanged subscription costs no database round trip.
         self._subscribed: dict[tuple[str, str], tuple[str, FilterType]] = {}
+        # Whether a client id is a PushConsumer's (its Telemetry stream says).
+        self.is_push_consumer: Callable[[str | None], bool] = lambda client_id: False
 
     async def subscribed(
         self,
@@ -209,9 +217,13 @@ class Consuming(DoorPart):
             caller.principal.require_consume(group, topic)
             if not request.HasField("invisible_duration"):
                 raise DoorError("ILLEGAL_INVISIBLE_TIME", "give the new invisible duration")
-            change = await self.core.delivery.change_invisible_duration(
-                group, request.receipt_handle, convert.seconds_of(request.invisible_duration)
-            )
+            seconds = convert.seconds_of(request.invisible_duration)
+            if self.is_push_consumer(caller.client_id):
+                change = await self._nack(group, request.receipt_handle, seconds)
+            else:
+                change = await self.core.delivery.change_invisible_duration(
+                    group, request.receipt_handle, seconds
+                )
         except CoordinatorError as error:
             return response(
                 status=error_status(self.stubs, error), receipt_handle=request.receipt_handle
@@ -223,6 +235,25 @@ class Consuming(DoorPart):
                 receipt_handle=request.receipt_handle,
             )
         return response(status=status(self.stubs), receipt_handle=change.receipt_handle)
+
+    async def _nack(self, group: str, handle: str, seconds: float) -> InvisibleDurationChange:
+        """A PushConsumer's nack: the message comes back after the group's backoff at the earliest.
+
+        The Python client asks for the backoff of the attempt that failed;
+        the Node client (1.0.8) for next to nothing (it reads its delays in
+        seconds and sends them as milliseconds). The first change already
+        holds the message for the shortest backoff, so no receive takes it
+        between the two.
+        """
+        change = await self.core.delivery.change_invisible_duration(
+            group, handle, max(seconds, backoff_seconds(1))
+        )
+        floor = backoff_seconds(change.delivery_attempt)
+        if seconds >= floor or floor <= backoff_seconds(1):
+            return change
+        return await self.core.delivery.change_invisible_duration(
+            group, change.receipt_handle, floor
+        )
 
     @answered("ForwardMessageToDeadLetterQueueResponse")
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:

@@ -7,13 +7,15 @@ The mapping onto the coordinator's model:
   topic (`telemetry.py`).
 - consumer group: a SimpleConsumer's group and subscription are a
   subscription like one made over HTTP (`consuming.py`).
-- one queue per topic (id 0) on one broker: this server (`session.py`).
+- one queue per topic (id 0) on one broker: this server, in every route and
+  every PushConsumer's assignment (`assignment.py`).
 
 The parts: `producing.py` (SendMessage, EndTransaction), `consuming.py`
 (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
-ForwardMessageToDeadLetterQueue), `session.py` (QueryRoute, Heartbeat,
-NotifyClientTermination, Telemetry) and `unsupported.py` (the rest). What
-they share, authentication and answering with a status, is `calls.py`.
+ForwardMessageToDeadLetterQueue), `assignment.py` (QueryAssignment),
+`session.py` (QueryRoute, Heartbeat, NotifyClientTermination, Telemetry)
+and `unsupported.py` (the rest). What they share, authentication and
+answering with a status, is `calls.py`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.grpc.assignment import Assignments
 from coordinator.grpc.consuming import Consuming
 from coordinator.grpc.producing import Producing
 from coordinator.grpc.session import Session
@@ -52,6 +55,9 @@ class MessagingService:
         session = Session(authenticator, settings, stubs, self.telemetry, port=port)
         # A consumer's Settings on its Telemetry stream subscribe it as a receive does.
         self.telemetry.on_subscription = consuming.subscribed
+        # A PushConsumer's nack waits for its group's backoff.
+        consuming.is_push_consumer = self.telemetry.is_push_consumer
+        assignments = Assignments(authenticator, settings, stubs, port=port)
 
         self.SendMessage = producing.SendMessage
         self.EndTransaction = producing.EndTransaction
@@ -62,6 +68,7 @@ class MessagingService:
         self.ChangeInvisibleDuration = consuming.ChangeInvisibleDuration
         self.ForwardMessageToDeadLetterQueue = consuming.ForwardMessageToDeadLetterQueue
 
+        self.QueryAssignment = assignments.QueryAssignment
         self.QueryRoute = session.QueryRoute
         self.Heartbeat = session.Heartbeat
         self.NotifyClientTermination = session.NotifyClientTermination

@@ -1,7 +1,8 @@
 """A client's session with the door: its route lookups, heartbeats, Telemetry stream and
 termination.
 
-One queue per topic (id 0) on one broker, this server, is every route. A
+One queue per topic (id 0) on one broker, this server, is every route
+(`assignment.py`). A
 producer is live while its Telemetry stream is open (`telemetry.py`), which
 is what check-backs need; a heartbeat only proves the token.
 """
@@ -14,6 +15,7 @@ from typing import Any
 from coordinator.config import Settings
 from coordinator.core.auth import Authenticator
 from coordinator.domain.errors import CoordinatorError
+from coordinator.grpc.assignment import requested_endpoints, topic_queue
 from coordinator.grpc.calls import answered, caller_of, topic_of
 from coordinator.grpc.status import error_status, status
 from coordinator.grpc.stubs import Stubs
@@ -41,39 +43,11 @@ class Session:
     @answered("QueryRouteResponse")
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         caller_of(context, self.authenticator)
-        definition = self.stubs.definition
-        topic_of(request.topic)
-        # The access point the client used reaches this server; echo it (its
-        # address scheme included) rather than guessing a reachable address.
-        endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
-        queue = definition.MessageQueue(
-            topic=request.topic,
-            id=0,
-            permission=definition.READ_WRITE,
-            broker=definition.Broker(name="coordinator", id=0, endpoints=endpoints),
-            accept_message_types=[
-                definition.NORMAL,
-                definition.FIFO,
-                definition.DELAY,
-                definition.TRANSACTION,
-            ],
-        )
+        topic = topic_of(request.topic)
+        endpoints = requested_endpoints(self.stubs, self.settings, self.port, request)
+        queue = topic_queue(self.stubs, topic, endpoints)
         return self.stubs.service.QueryRouteResponse(
             status=status(self.stubs), message_queues=[queue]
-        )
-
-    def _own_endpoints(self) -> Any:
-        definition = self.stubs.definition
-        host = self.settings.host
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        scheme = definition.IPv4
-        if ":" in host:
-            scheme = definition.IPv6
-        elif not host.replace(".", "").isdigit():
-            scheme = definition.DOMAIN_NAME
-        return definition.Endpoints(
-            scheme=scheme, addresses=[definition.Address(host=host, port=self.port)]
         )
 
     @answered("HeartbeatResponse")

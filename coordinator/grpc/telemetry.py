@@ -37,6 +37,7 @@ from coordinator.domain.errors import CoordinatorError, DatabaseUnavailable, Inv
 from coordinator.domain.rules import check_instance, check_topic
 from coordinator.grpc import convert
 from coordinator.grpc.calls import Caller, DoorPart
+from coordinator.grpc.consumer_settings import fill_consumer_answer
 from coordinator.grpc.status import DoorError, Unreadable, error_status, status
 from coordinator.grpc.stubs import Stubs
 
@@ -128,6 +129,12 @@ class TelemetryDoor(DoorPart):
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 
+    def is_push_consumer(self, client_id: str | None) -> bool:
+        """Whether the client's open stream announced a PushConsumer."""
+        push = self.stubs.definition.PUSH_CONSUMER
+        streams = self._streams.get(client_id, ()) if client_id is not None else ()
+        return any(stream.client_type == push for stream in streams)
+
     async def client_left(self, client_id: str) -> None:
         """NotifyClientTermination: the client's producer instances leave the registry now."""
         for stream in list(self._streams.get(client_id, ())):
@@ -149,6 +156,7 @@ class _Stream:
     caller: Caller
     client_id: str
     groups: set[str] = field(default_factory=set)  # the producer groups it is an instance of
+    client_type: int | None = None  # a consumer's, from its Settings
     _checks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     _long_poll: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
@@ -169,8 +177,10 @@ class _Stream:
             return
         if command.WhichOneof("command") != "settings":
             return  # thread stack traces and verify results: nothing asks for them
+        answer = self._answer(command.settings)
         try:
             await self._settings(command.settings)
+            await self._consumer_answer(answer)
         except CoordinatorError as error:
             reply = error_status(self.stubs, error)
         except Exception:
@@ -178,11 +188,7 @@ class _Stream:
             reply = status(self.stubs, "INTERNAL_ERROR", "the coordinator failed on these settings")
         else:
             reply = status(self.stubs)
-        await self.write(
-            self.stubs.service.TelemetryCommand(
-                status=reply, settings=self._answer(command.settings)
-            )
-        )
+        await self.write(self.stubs.service.TelemetryCommand(status=reply, settings=answer))
 
     async def _settings(self, settings: Any) -> None:
         definition = self.stubs.definition
@@ -190,11 +196,13 @@ class _Stream:
         if kind == definition.PRODUCER:
             await self._producer([topic.name for topic in settings.publishing.topics])
         elif kind in (definition.SIMPLE_CONSUMER, definition.PUSH_CONSUMER):
+            self.client_type = kind
             await self._consumer(settings.subscription)
         else:
             raise DoorError(
                 "UNRECOGNIZED_CLIENT_TYPE",
-                "only producers and simple consumers are supported by this coordinator",
+                "only producers, simple consumers and push consumers are supported by this "
+                "coordinator",
             )
 
     async def _producer(self, topics: list[str]) -> None:
@@ -233,6 +241,20 @@ class _Stream:
             self.caller.principal.require_consume(group, topic)
             assert self.door.on_subscription is not None
             await self.door.on_subscription(group, topic, expression, filter_type, fifo)
+
+    async def _consumer_answer(self, answer: Any) -> None:
+        """A consumer's answer carries its group's FIFO flag and retry policy."""
+        if answer.WhichOneof("pub_sub") != "subscription":
+            return
+        group = answer.subscription.group.name
+        topics = [entry.topic.name for entry in answer.subscription.subscriptions]
+        fill_consumer_answer(
+            self.stubs,
+            answer,
+            await self.door.core.delivery.subscriptions(group),
+            topics,
+            longest_poll_seconds=self.door.settings.max_long_poll_seconds,
+        )
 
     def _answer(self, settings: Any) -> Any:
         definition = self.stubs.definition

@@ -16,13 +16,12 @@ class _Unsupported:
     instead: str
 
 
+_CONSUME = "consume with a PushConsumer or a SimpleConsumer"
+
 UNSUPPORTED = {
-    "QueryAssignment": _Unsupported(
-        "queue assignment (PushConsumer)", "receive with a SimpleConsumer"
-    ),
-    "UpdateOffset": _Unsupported("offsets (PullConsumer)", "receive with a SimpleConsumer"),
-    "GetOffset": _Unsupported("offsets (PullConsumer)", "receive with a SimpleConsumer"),
-    "QueryOffset": _Unsupported("offsets (PullConsumer)", "receive with a SimpleConsumer"),
+    "UpdateOffset": _Unsupported("offsets (PullConsumer)", _CONSUME),
+    "GetOffset": _Unsupported("offsets (PullConsumer)", _CONSUME),
+    "QueryOffset": _Unsupported("offsets (PullConsumer)", _CONSUME),
     "SyncLiteSubscription": _Unsupported("lite topics", "subscribe to a topic"),
 }
 
@@ -55,8 +54,8 @@ def pull_message_handler(stubs: Stubs) -> Callable[..., AsyncIterator[Any]]:
             status=status(
                 stubs,
                 "UNSUPPORTED",
-                "PullMessage (PullConsumer offsets) is not supported: receive with a "
-                "SimpleConsumer",
+                "PullMessage (PullConsumer offsets) is not supported: consume with a "
+                "PushConsumer or a SimpleConsumer",
             )
         )
 

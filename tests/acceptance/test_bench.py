@@ -36,6 +36,7 @@ def test_the_benchmark_runs_every_part_and_writes_json(
             "--resolved-rows", "1000",
             "--backlog", "300",
             "--latency-samples", "5",
+            "--push-messages", "100",
             "--out", str(out),
         ]
     )  # fmt: skip
@@ -95,6 +96,10 @@ def test_the_benchmark_runs_every_part_and_writes_json(
         "SELECT count(*) FROM deliveries WHERE topic = %s", (GRPC_TOPIC,)
     ).fetchone()
     assert deliveries == states["committed"], "each commit made one delivery to the subscriber"
+    consumers = report["consumers"]
+    for drain in ("http_simple_consumer", "grpc_push_consumer"):
+        assert consumers[drain]["messages"] == 100, drain
+        assert consumers[drain]["messages_per_second"] > 0, drain
 
 
 def test_ab_quick(tmp_path: Path) -> None:

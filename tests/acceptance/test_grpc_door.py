@@ -406,9 +406,93 @@ def test_check_backs_wait_for_a_producer_stream_without_using_their_budget(
         producer.close()
 
 
+def test_query_assignment_hands_a_push_consumer_the_routes_one_queue(door: GrpcDoor) -> None:
+    endpoints = d.Endpoints(scheme=d.IPv4, addresses=[d.Address(host="127.0.0.1", port=door.port)])
+    route = door.call("QueryRoute", s.QueryRouteRequest(topic=resource(TOPIC), endpoints=endpoints))
+    request = s.QueryAssignmentRequest(
+        topic=resource(TOPIC), group=resource(GROUP), endpoints=endpoints
+    )
+    answer = door.call("QueryAssignment", request)
+    assert answer.status.code == OK
+    (assignment,) = answer.assignments
+    assert assignment.message_queue == route.message_queues[0]
+    # Asked again (every 5 s by the clients): the same queue, so none is dropped.
+    assert door.call("QueryAssignment", request).assignments == answer.assignments
+
+    no_group = door.call("QueryAssignment", s.QueryAssignmentRequest(topic=resource(TOPIC)))
+    assert no_group.status.code == code("ILLEGAL_CONSUMER_GROUP")
+    spaced = s.QueryAssignmentRequest(topic=resource("no spaces"), group=resource(GROUP))
+    assert door.call("QueryAssignment", spaced).status.code == code("ILLEGAL_TOPIC")
+    namespaced = s.QueryAssignmentRequest(
+        topic=resource(TOPIC), group=d.Resource(name=GROUP, resource_namespace="tenant")
+    )
+    refused = door.call("QueryAssignment", namespaced)
+    assert refused.status.code == code("UNSUPPORTED")
+    assert "namespaces are not supported" in refused.status.message
+
+
+def test_a_push_consumers_settings_carry_its_groups_fifo_flag_and_retry_policy(
+    door: GrpcDoor,
+) -> None:
+    with httpx.Client(base_url=door.server.url, timeout=30) as http:
+        made = http.put(
+            f"/v1/consumer-groups/fifo-group/subscriptions/{TOPIC}",
+            json={"expression": "*", "fifo": True, "max_delivery_attempts": 4},
+        )
+        assert made.status_code == 201, made.text
+    python = _Stream(door, "push@python")
+    node = _Stream(door, "push@node")
+    try:
+        python.write(consumer_settings("fifo-group", TOPIC, client_type=d.PUSH_CONSUMER))
+        reply = python.next()
+        assert reply.status.code == OK
+        answer = reply.settings
+        assert answer.subscription.fifo is True
+        assert answer.subscription.receive_batch_size == 32
+        assert answer.subscription.long_polling_timeout.seconds == 30
+        assert answer.backoff_policy.max_attempts == 4
+        delays = [step.seconds for step in answer.backoff_policy.customized_backoff.next]
+        assert delays[:6] == [1, 5, 10, 30, 60, 120]
+
+        node.write(consumer_settings(GROUP, TOPIC, client_type=d.PUSH_CONSUMER, language=d.NODE_JS))
+        answer = node.next().settings
+        assert answer.subscription.fifo is False
+        assert answer.backoff_policy.max_attempts == 16
+        assert answer.backoff_policy.exponential_backoff.initial.seconds == 5
+    finally:
+        python.close()
+        node.close()
+
+
+def test_a_push_consumers_nack_waits_for_the_groups_backoff(door: GrpcDoor) -> None:
+    stream = _Stream(door, "push@nack")
+    try:
+        stream.write(consumer_settings(GROUP, TOPIC, client_type=d.PUSH_CONSUMER))
+        assert stream.next().status.code == OK
+        sent = door.send(message(TOPIC, b"nacked")).entries[0]
+        (got,) = received_messages(door.receive(receive_request(GROUP, TOPIC, wait=5)))
+        assert got.system_properties.delivery_attempt == 1
+        # The Node client asks for 0 s; the group's backoff for attempt 1 is 1 s.
+        nack = s.ChangeInvisibleDurationRequest(
+            group=resource(GROUP),
+            topic=resource(TOPIC),
+            receipt_handle=got.system_properties.receipt_handle,
+            message_id=sent.message_id,
+        )
+        nack.invisible_duration.FromSeconds(0)
+        nacked = door.call(
+            "ChangeInvisibleDuration", nack, metadata=metadata(door.token, "push@nack")
+        )
+        assert nacked.status.code == OK, nacked.status.message
+        assert received_messages(door.receive(receive_request(GROUP, TOPIC, wait=0))) == []
+        (again,) = received_messages(door.receive(receive_request(GROUP, TOPIC, wait=10)))
+        assert again.system_properties.delivery_attempt == 2
+    finally:
+        stream.close()
+
+
 def test_unsupported_rpcs_answer_a_sentence(door: GrpcDoor) -> None:
     for rpc, request in [
-        ("QueryAssignment", s.QueryAssignmentRequest(topic=resource(TOPIC))),
         ("UpdateOffset", s.UpdateOffsetRequest()),
         ("GetOffset", s.GetOffsetRequest()),
         ("QueryOffset", s.QueryOffsetRequest()),

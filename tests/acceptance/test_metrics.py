@@ -268,8 +268,7 @@ def test_grpc_calls_are_counted_by_rpc_and_rocketmq_code_and_timed(door: GrpcDoo
     assert door.call("EndTransaction", unknown).status.code == code("INVALID_TRANSACTION_ID")
     nothing = door.receive(receive_request("billing", TOPIC, wait=0))
     assert nothing[0].status.code == code("MESSAGE_NOT_FOUND")
-    assignment = s.QueryAssignmentRequest(topic=d.Resource(name=TOPIC))
-    assert door.call("QueryAssignment", assignment).status.code == code("UNSUPPORTED")
+    assert door.call("GetOffset", s.GetOffsetRequest()).status.code == code("UNSUPPORTED")
     after = scrape(door.server.url)
 
     calls = "coordinator_grpc_requests_total"
@@ -278,7 +277,7 @@ def test_grpc_calls_are_counted_by_rpc_and_rocketmq_code_and_timed(door: GrpcDoo
         ("SendMessage", "OK"),
         ("EndTransaction", "INVALID_TRANSACTION_ID"),
         ("ReceiveMessage", "MESSAGE_NOT_FOUND"),
-        ("QueryAssignment", "UNSUPPORTED"),
+        ("GetOffset", "UNSUPPORTED"),
     ]:
         assert delta(before, after, calls, rpc=rpc, code=rocketmq_code) == 1, rpc
         timed = delta(before, after, "coordinator_grpc_request_duration_seconds_count", rpc=rpc)

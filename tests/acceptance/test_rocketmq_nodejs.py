@@ -20,16 +20,18 @@ whole group, however the test ends.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from psycopg.rows import dict_row
@@ -187,6 +189,7 @@ def run_driver(
     workdir: Path,
     receive_seconds: float = 30,
     quiet_seconds: float = 4,
+    extra: Sequence[str] = (),
 ) -> DriverRun:
     """Run one scenario of the driver to its end, bounded by DRIVER_SECONDS."""
     log = workdir / f"driver-{scenario}.log"
@@ -208,6 +211,7 @@ def run_driver(
         str(receive_seconds),
         "--quiet-seconds",
         str(quiet_seconds),
+        *extra,
     ]
     exit_code, errors = _run_bounded(
         command, client.directory, DRIVER_SECONDS, log, output=events_file
@@ -468,3 +472,109 @@ def test_delay_message_arrives_at_its_time_and_another_is_recalled(
     ).fetchall()
     assert history[-1] == ("recalled",)
     assert unacked_deliveries(db) == 0
+
+
+# --- the PushConsumer, on a second node of the same database -------------------------------
+
+
+@pytest.fixture
+def two_nodes(database_url: str, tmp_path: Path) -> Iterator[list[tuple[ServeProcess, str]]]:
+    """Two coordinator nodes with gRPC doors on this test's database."""
+    with ExitStack() as stack:
+        nodes = []
+        for name in ("node-a", "node-b"):
+            grpc_port = free_port()
+            server = stack.enter_context(
+                coordinator_serve(
+                    database_url,
+                    tmp_path,
+                    name,
+                    grpc_port=grpc_port,
+                    transaction_timeout_seconds=1,
+                    check_interval_seconds=2,
+                    check_scan_interval_seconds=0.5,
+                    # The push consumer's shutdown waits for its receive's long
+                    # poll, whose length the Settings answer gives it.
+                    max_long_poll_seconds=3,
+                )
+            )
+            nodes.append((server, f"127.0.0.1:{grpc_port}"))
+        yield nodes
+
+
+def consumed(run: DriverRun, message_id: str) -> list[dict[str, Any]]:
+    return sorted(
+        (e for e in run.of("consumed") if e["message_id"] == message_id),
+        key=lambda e: e["began"],
+    )
+
+
+def group_rows(db: psycopg.Connection, table: str) -> int:
+    row = db.execute(f"SELECT count(*) FROM {table} WHERE consumer_group = %s", (GROUP,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_push_consumer_on_another_node_consumes_each_message_once_and_retries(
+    node_client: NodeClient,
+    two_nodes: list[tuple[ServeProcess, str]],
+    db: psycopg.Connection,
+    tmp_path: Path,
+) -> None:
+    (server, first), (_, second) = two_nodes
+    run = run_driver(
+        node_client, server, first, "push", tmp_path, extra=["--consumer-endpoint", second]
+    )
+    assert_clean_exit(run)
+    expected = run.one("expected")["message_ids"]
+    succeeded = [e["message_id"] for e in run.of("consumed") if e["result"] == "success"]
+    assert sorted(succeeded) == sorted(expected), f"each message consumed once\n{run}"
+    assert consumed(run, run.one("rolled_back")["message_id"]) == []
+    assert run.one("done")["checks"] == 1  # the open transaction, committed by its check-back
+
+    failing = expected[-1]
+    first_try, retry = consumed(run, failing)
+    assert (first_try["result"], first_try["delivery_attempt"]) == ("failure", 1)
+    assert (retry["result"], retry["delivery_attempt"]) == ("success", 2)
+    # The client asks for next to no delay; the group's backoff (1 s) holds.
+    assert retry["began"] - first_try["ended"] >= 0.9, str(run)
+    assert group_rows(db, "deliveries") == 0
+
+
+def test_fifo_push_consumer_keeps_each_message_group_in_order(
+    node_client: NodeClient,
+    two_nodes: list[tuple[ServeProcess, str]],
+    db: psycopg.Connection,
+    tmp_path: Path,
+) -> None:
+    (server, first), (node_b, second) = two_nodes
+    made = httpx.put(
+        f"{node_b.url}/v1/consumer-groups/{GROUP}/subscriptions/{TOPIC}",
+        json={"expression": "*", "fifo": True, "max_delivery_attempts": 2},
+        timeout=30,
+    )
+    assert made.status_code == 201, made.text
+    run = run_driver(
+        node_client,
+        server,
+        first,
+        "push-fifo",
+        tmp_path,
+        extra=["--consumer-endpoint", second, "--fail-times=-1"],
+    )
+    assert_clean_exit(run)
+    expected = run.one("expected")["message_ids"]
+    succeeded = [e["message_id"] for e in run.of("consumed") if e["result"] == "success"]
+    assert sorted(succeeded) == sorted(expected), str(run)
+    for message_group in ("g1", "g2"):
+        ids = [e["message_id"] for e in run.of("sent") if e["message_group"] == message_group]
+        events = sorted(
+            (e for e in run.of("consumed") if e["message_id"] in ids), key=lambda e: e["began"]
+        )
+        assert list(dict.fromkeys(e["message_id"] for e in events)) == ids, str(run)
+        for earlier, later in itertools.pairwise(events):
+            assert later["began"] >= earlier["ended"], f"{message_group}: two in flight\n{run}"
+    (buried,) = [e["message_id"] for e in run.of("sent") if e["body"].startswith("fail-")]
+    assert [e["result"] for e in consumed(run, buried)] == ["failure", "failure"]
+    assert group_rows(db, "dead_letters") == 1
+    assert group_rows(db, "deliveries") == 0

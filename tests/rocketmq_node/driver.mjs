@@ -14,6 +14,17 @@
 //             whose properties match; one with a bad SQL92 expression is refused
 //   delay     a delay message due in 2 s, received at its time; another, due in
 //             an hour, recalled with its recall handle
+//   push      a PushConsumer (on --consumer-endpoint, another node if given)
+//             is sent normal messages, a committed, a rolled back and a
+//             check-back resolved transactional message, and one whose body
+//             starts with "fail-", which its listener fails --fail-times times
+//   push-fifo a PushConsumer of a FIFO group (made by the test over HTTP) is
+//             sent two message groups of three; the second message of g2
+//             always fails, and goes to the dead letters after its attempts
+//
+// The push scenarios print a `consumed` event for each message the listener
+// is given and an `expected` event with the ids it must consume successfully;
+// they end once those were consumed, after the quiet window.
 //
 // The SimpleConsumer starts first: the coordinator delivers only what is
 // committed after the subscription exists.
@@ -32,7 +43,9 @@ import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
 // CommonJS package: load it with require, whose exports are plain properties.
-const { FilterExpression, Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
+const {
+  ConsumeResult, FilterExpression, Producer, PushConsumer, SimpleConsumer,
+} = require('rocketmq-client-nodejs');
 const { FilterType, TransactionResolution } = require(
   'rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb.js');
 
@@ -42,6 +55,10 @@ const { values: args } = parseArgs({
     topic: { type: 'string' },
     group: { type: 'string' },
     scenario: { type: 'string' },
+    // The push scenarios' consumer connects here (default: --endpoint).
+    'consumer-endpoint': { type: 'string' },
+    // How many times the push listener fails a "fail-" message (-1: always).
+    'fail-times': { type: 'string', default: '1' },
     tag: { type: 'string', default: 'nodejs' },
     // How long to wait for the expected message (or, for rollback, how long
     // to watch for one that must never come).
@@ -60,7 +77,9 @@ for (const name of [ 'endpoint', 'topic', 'group', 'scenario' ]) {
     throw new Error(`--${name} is required`);
   }
 }
-const SCENARIOS = new Set([ 'normal', 'commit', 'rollback', 'checkback', 'sql92', 'delay' ]);
+const SCENARIOS = new Set([
+  'normal', 'commit', 'rollback', 'checkback', 'sql92', 'delay', 'push', 'push-fifo',
+]);
 if (!SCENARIOS.has(args.scenario)) {
   throw new Error(`unknown --scenario ${args.scenario}`);
 }
@@ -78,6 +97,9 @@ const REQUEST_TIMEOUT_MS = 10000;
 const INVISIBLE_MS = 30000;
 
 function emit(event, fields = {}) {
+  if (event === 'consumed' && fields.result === 'success') {
+    consumedOk.add(fields.message_id);
+  }
   process.stdout.write(JSON.stringify({ event, ...fields }) + '\n');
 }
 
@@ -216,6 +238,97 @@ async function refusedConsumer(common, clients) {
   emit('not_refused', {});
 }
 
+const FAIL = 'fail-';
+// The ids the push listener consumed successfully.
+const consumedOk = new Set();
+
+// A PushConsumer whose listener reports every message it is given and fails
+// the "fail-" ones their first --fail-times times.
+async function startPushConsumer(clients, common) {
+  const failTimes = Number(args['fail-times']);
+  const failures = new Map();
+  const consumer = new PushConsumer({
+    ...common,
+    endpoints: args['consumer-endpoint'] ?? args.endpoint,
+    consumerGroup: args.group,
+    subscriptions: new Map([ [ args.topic, '*' ] ]),
+    messageListener: {
+      async consume(view) {
+        const began = Date.now();
+        const body = view.body.toString('utf8');
+        const failed = failures.get(view.messageId) ?? 0;
+        const fail = body.startsWith(FAIL) && (failTimes < 0 || failed < failTimes);
+        if (fail) {
+          failures.set(view.messageId, failed + 1);
+        }
+        await sleep(50);
+        emit('consumed', {
+          ...messageFields(view),
+          message_group: view.messageGroup ?? null,
+          result: fail ? 'failure' : 'success',
+          began: began / 1000,
+          ended: Date.now() / 1000,
+        });
+        return fail ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
+      },
+    },
+  });
+  clients.push(consumer);
+  await step('push consumer startup', consumer.startup());
+  emit('consumer_started', { client_id: consumer.clientId });
+}
+
+// Until every id of `expected` was consumed successfully (or receive-seconds
+// passed), then the quiet window.
+async function awaitConsumed(expected) {
+  emit('expected', { message_ids: expected });
+  const deadline = Date.now() + receiveMs;
+  while (!expected.every(id => consumedOk.has(id)) && Date.now() < deadline) {
+    await sleep(100);
+  }
+  await sleep(quietMs);
+}
+
+async function runPush(clients, common, producer) {
+  const ids = [];
+  for (let n = 0; n < 2; n++) {
+    const receipt = await step('send', producer.send({ ...newMessage(), body: Buffer.from(`normal ${n}`) }));
+    ids.push(receipt.messageId);
+  }
+  const committed = producer.beginTransaction();
+  const c = await step('send', producer.send({ ...newMessage(), body: Buffer.from('committed') }, committed));
+  await step('commit', committed.commit());
+  ids.push(c.messageId);
+  const rolledBack = producer.beginTransaction();
+  const r = await step('send', producer.send({ ...newMessage(), body: Buffer.from('rolled back') }, rolledBack));
+  await step('rollback', rolledBack.rollback());
+  emit('rolled_back', { message_id: r.messageId });
+  // Left open: the server's check-back asks the checker, which commits.
+  const open = producer.beginTransaction();
+  const o = await step('send', producer.send({ ...newMessage(), body: Buffer.from('checked') }, open));
+  ids.push(o.messageId);
+  const failing = await step('send', producer.send({ ...newMessage(), body: Buffer.from(`${FAIL}once`) }));
+  ids.push(failing.messageId);
+  await awaitConsumed(ids);
+}
+
+async function runPushFifo(producer) {
+  const ids = [];
+  for (let n = 0; n < 3; n++) {
+    for (const group of [ 'g1', 'g2' ]) {
+      const body = group === 'g2' && n === 1 ? `${FAIL}${group}` : `${group} ${n}`;
+      const receipt = await step('send', producer.send({
+        topic: args.topic, tag: args.tag, messageGroup: group, body: Buffer.from(body),
+      }));
+      emit('sent', { message_id: receipt.messageId, message_group: group, body });
+      if (!body.startsWith(FAIL)) {
+        ids.push(receipt.messageId);
+      }
+    }
+  }
+  await awaitConsumed(ids);
+}
+
 async function run(clients) {
   const common = {
     endpoints: args.endpoint,
@@ -223,6 +336,19 @@ async function run(clients) {
     requestTimeout: REQUEST_TIMEOUT_MS,
     logger,
   };
+  if (args.scenario.startsWith('push')) {
+    await startPushConsumer(clients, common);
+    const producer = new Producer({ ...common, topics: [ args.topic ], checker });
+    clients.push(producer);
+    await step('producer startup', producer.startup());
+    emit('producer_started', { client_id: producer.clientId });
+    if (args.scenario === 'push') {
+      await runPush(clients, common, producer);
+    } else {
+      await runPushFifo(producer);
+    }
+    return;
+  }
   const sql92 = args.scenario === 'sql92';
   const consumer = new SimpleConsumer({
     ...common,
