@@ -230,9 +230,14 @@ def _run_consumer(args: argparse.Namespace, output: _Output) -> int:
 
     def receive(command: dict[str, Any]) -> dict[str, Any]:
         messages = consumer.receive(command.get("max", 16), command.get("invisible", 30))
+        received_at = time.time()  # the test compares it with delivery times
         for message in messages:
             received[message.message_id] = message
-        return {"messages": [_message_record(message) for message in messages]}
+        return {
+            "messages": [
+                {**_message_record(message), "received_at": received_at} for message in messages
+            ]
+        }
 
     def ack(command: dict[str, Any]) -> dict[str, Any]:
         consumer.ack(received[command["message_id"]])

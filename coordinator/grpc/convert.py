@@ -127,6 +127,12 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
             "UNSUPPORTED",
             f"message type {name} is not supported: send NORMAL, FIFO, DELAY or TRANSACTION",
         )
+    # Newer clients may set these on any message type; silently dropping them
+    # would deliver a message its producer meant for a lite topic or a rank.
+    if properties.HasField("lite_topic"):
+        raise DoorError("UNSUPPORTED", "lite topics are not supported: send to the topic itself")
+    if properties.HasField("priority"):
+        raise DoorError("UNSUPPORTED", "message priority is not supported: send without one")
     transactional = kind == definition.TRANSACTION
     topic = message.topic.name
     message_group = properties.message_group if properties.HasField("message_group") else None
