@@ -138,10 +138,12 @@ class Settings(BaseSettings):
     group_commit_max_inflight: int = Field(
         # One at a time measured fastest on 2 cores: requests arriving while a
         # batch commits make the next batch bigger, and fewer, larger
-        # transactions leave more CPU to everything else (bench/).
+        # transactions leave more CPU to everything else (bench/). Shared by
+        # the kinds, so a send's batch waits for an end's and grows meanwhile.
         default=1,
         ge=1,
-        description="Group-commit transactions in flight at once, per kind of request.",
+        description="Group-commit transactions in flight at once, shared by prepares, sends "
+        "and ends.",
     )
 
     check_scheduler_enabled: bool = Field(

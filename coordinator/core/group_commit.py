@@ -34,6 +34,31 @@ RunBatch = Callable[
 ]
 
 
+class CommitSlots:
+    """The transactions in flight at once that several group committers share.
+
+    Committers of different kinds of request (half messages, ends) that share
+    slots take turns: while one kind's batch commits, the other kinds' requests
+    wait and go in bigger batches, so a door whose loop is busy pays for fewer,
+    larger transactions. A committer waiting for a slot is served in turn
+    (first come, first served), so no kind starves another.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.used = 0
+        self._waiting: deque[GroupCommitter[Any, Any]] = deque()
+
+    def wait(self, committer: GroupCommitter[Any, Any]) -> None:
+        if committer not in self._waiting:
+            self._waiting.append(committer)
+
+    def release(self) -> None:
+        self.used -= 1
+        while self._waiting and self.used < self.size:
+            self._waiting.popleft()._start_batches()
+
+
 class GroupCommitter(Generic[Item, Result]):
     def __init__(
         self,
@@ -41,13 +66,15 @@ class GroupCommitter(Generic[Item, Result]):
         run: RunBatch[Item, Result],
         *,
         max_batch: int,
-        max_inflight: int,
+        max_inflight: int = 1,
         key: Callable[[Item], Hashable] | None = None,
+        slots: CommitSlots | None = None,
     ) -> None:
         self.pool = pool
         self.run = run
         self.max_batch = max_batch
-        self.max_inflight = max_inflight
+        # Transactions in flight at once: this committer's own, or shared with others.
+        self.slots = slots if slots is not None else CommitSlots(max_inflight)
         # Items with the same key never share a batch (one statement must not
         # touch the same row twice); the later one waits for the next batch.
         self.key = key
@@ -68,15 +95,22 @@ class GroupCommitter(Generic[Item, Result]):
         return outcome
 
     def _start_batches(self) -> None:
-        while self._queue and len(self._inflight) < self.max_inflight:
+        slots = self.slots
+        while self._queue and slots.used < slots.size:
             batch = self._take_batch()
+            slots.used += 1
             task = asyncio.create_task(self._commit(batch))
             self._inflight.add(task)
             task.add_done_callback(self._finished)
+        if self._queue:
+            slots.wait(self)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
-        self._start_batches()
+        if self._queue:
+            # Behind any other kind already waiting: the kinds take turns.
+            self.slots.wait(self)
+        self.slots.release()
 
     def _take_batch(self) -> list[tuple[Item, asyncio.Future[Result | CoordinatorError]]]:
         batch: list[tuple[Item, asyncio.Future[Result | CoordinatorError]]] = []

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from coordinator.core import Coordinator
-from coordinator.core.group_commit import GroupCommitter
+from coordinator.core.group_commit import CommitSlots, GroupCommitter
 from coordinator.domain.errors import InvalidMessage, MessageIdConflict, StateConflict
 from coordinator.domain.states import Resolution
 from tests.factories import end, half
@@ -98,3 +98,32 @@ async def test_a_failing_batch_is_retried_one_request_at_a_time(core: Coordinato
     )
     assert outcomes[:2] == ["A", "B"] and outcomes[3:] == ["C", "D"]
     assert isinstance(outcomes[2], RuntimeError)
+
+
+async def test_kinds_sharing_slots_take_turns_and_gather_while_the_other_commits(
+    core: Coordinator,
+) -> None:
+    first_may_commit = asyncio.Event()
+
+    async def held(conn, items: list[str]) -> list[str]:
+        await conn.execute("SELECT 1")
+        await first_may_commit.wait()
+        return [item.upper() for item in items]
+
+    async def run(conn, items: list[str]) -> list[str]:
+        await conn.execute("SELECT 1")
+        return [item.upper() for item in items]
+
+    slots = CommitSlots(1)
+    prepares: GroupCommitter[str, str] = GroupCommitter(core.pool, held, max_batch=50, slots=slots)
+    ends: GroupCommitter[str, str] = GroupCommitter(core.pool, run, max_batch=50, slots=slots)
+    first = asyncio.create_task(prepares.submit("p"))
+    waiting = [asyncio.create_task(ends.submit(item)) for item in ["a", "b", "c"]]
+    for _ in range(20):  # bounded: let every task reach its committer
+        await asyncio.sleep(0)
+    assert ends.batches == 0  # the one slot is the prepares' batch's
+
+    first_may_commit.set()
+    assert await first == "P"
+    assert await asyncio.gather(*waiting) == ["A", "B", "C"]
+    assert (ends.batches, ends.items) == (1, 3)  # gathered while the other kind committed
