@@ -68,6 +68,11 @@ CHECK_BACKS_DISPATCHED = Counter(
     "Check requests handed to producer instances, by how (pull or push).",
     ["via"],
 )
+CHECK_BACKS_CLAIMED = Counter(
+    "coordinator_check_backs_claimed",
+    "Due half messages whose check this process's check-back rounds claimed and addressed "
+    "to a live producer instance (with several nodes or workers, each counts its own).",
+)
 CHECK_BACK_PUSH_FAILURES = Counter(
     "coordinator_check_back_push_failures",
     "Pushed check requests that got no 2xx answer (the message waits for its next check).",
