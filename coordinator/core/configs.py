@@ -28,6 +28,7 @@ class TransactionsConfig:
     transaction_timeout_seconds: float
     group_commit_max_batch: int
     group_commit_max_inflight: int
+    group_commit_linger_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

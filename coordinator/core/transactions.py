@@ -94,6 +94,7 @@ class Transactions:
             max_batch=self._config.group_commit_max_batch,
             key=key,
             slots=self._slots,
+            linger_seconds=self._config.group_commit_linger_seconds,
         )
 
 
