@@ -7,6 +7,12 @@ so under load the cost is paid once per batch; with no load a request goes
 alone at once, adding no latency. Each caller is answered only after the
 transaction holding its request committed, with its own result or error.
 
+Committers of several kinds of request (prepares, sends, ends) may share
+their transactions in flight (`CommitSlots`): each kind's requests then
+gather while another kind's batch commits. Under concurrent load a batch
+may also linger briefly to be as large as the previous one of its kind
+(`linger_seconds`); a lone caller never waits for it.
+
 A batch function must write with a single statement (the pool's connections
 are in autocommit mode, so that statement is the whole transaction); reads
 after it, such as the lookup of idempotent retries, see its committed rows.
