@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from prometheus_client import (
     REGISTRY,
@@ -67,6 +68,11 @@ CHECK_BACKS_DISPATCHED = Counter(
     "coordinator_check_backs_dispatched",
     "Check requests handed to producer instances, by how (pull or push).",
     ["via"],
+)
+CHECK_BACKS_CLAIMED = Counter(
+    "coordinator_check_backs_claimed",
+    "Due half messages whose check this process's check-back rounds claimed and addressed "
+    "to a live producer instance (with several nodes or workers, each counts its own).",
 )
 CHECK_BACK_PUSH_FAILURES = Counter(
     "coordinator_check_back_push_failures",
@@ -162,15 +168,32 @@ for _resolution in Resolution:
     CHECK_BACKS_ANSWERED.labels(resolution=_resolution.value)
 
 
+_resolved_children: dict[tuple[MessageState, Source], Any] = {}
+
+
 def count_resolution(state: MessageState, source: Source, amount: int = 1) -> None:
     if amount:
-        TRANSACTIONS_RESOLVED.labels(state=state.value, source=source.value).inc(amount)
+        # Counted for every end of both doors: the child is looked up once (see RequestMeter).
+        child = _resolved_children.get((state, source))
+        if child is None:
+            child = _resolved_children[state, source] = TRANSACTIONS_RESOLVED.labels(
+                state=state.value, source=source.value
+            )
+        child.inc(amount)
 
 
 def count_ends(
     requests: Sequence[EndRequest], outcomes: Sequence[EndResult | CoordinatorError]
 ) -> None:
     """Producers' ends (their own or answering a check-back) that changed a state."""
+    if len(requests) == 1:  # a single end (the doors' hot path): no tally to build
+        request, outcome = requests[0], outcomes[0]
+        if isinstance(outcome, EndResult) and outcome.changed:
+            source = Source.CHECK if request.from_check else Source.CLIENT
+            count_resolution(outcome.state, source)
+        if request.from_check and request.resolution is not Resolution.UNKNOWN:
+            count_check_back_answer(request.resolution)
+        return
     # Counted per (state, source) first: a labelled inc per request took a lock
     # and two lookups each, for every message of a batch.
     changed = collections.Counter(

@@ -30,6 +30,7 @@ class TransactionsConfig:
     group_commit_max_batch: int
     group_commit_max_inflight: int
     max_delay_seconds: float = DEFAULT_MAX_DELAY_SECONDS
+    group_commit_linger_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,12 @@ so under load the cost is paid once per batch; with no load a request goes
 alone at once, adding no latency. Each caller is answered only after the
 transaction holding its request committed, with its own result or error.
 
+Committers of several kinds of request (prepares, sends, ends) may share
+their transactions in flight (`CommitSlots`): each kind's requests then
+gather while another kind's batch commits. Under concurrent load a batch
+may also linger briefly to be as large as the previous one of its kind
+(`linger_seconds`); a lone caller never waits for it.
+
 A batch function must write with a single statement (the pool's connections
 are in autocommit mode, so that statement is the whole transaction); reads
 after it, such as the lookup of idempotent retries, see its committed rows.
@@ -34,6 +40,31 @@ RunBatch = Callable[
 ]
 
 
+class CommitSlots:
+    """The transactions in flight at once that several group committers share.
+
+    Committers of different kinds of request (half messages, ends) that share
+    slots take turns: while one kind's batch commits, the other kinds' requests
+    wait and go in bigger batches, so a door whose loop is busy pays for fewer,
+    larger transactions. A committer waiting for a slot is served in turn
+    (first come, first served), so no kind starves another.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.used = 0
+        self._waiting: deque[GroupCommitter[Any, Any]] = deque()
+
+    def wait(self, committer: GroupCommitter[Any, Any]) -> None:
+        if committer not in self._waiting:
+            self._waiting.append(committer)
+
+    def release(self) -> None:
+        self.used -= 1
+        while self._waiting and self.used < self.size:
+            self._waiting.popleft()._start_batches()
+
+
 class GroupCommitter(Generic[Item, Result]):
     def __init__(
         self,
@@ -41,16 +72,25 @@ class GroupCommitter(Generic[Item, Result]):
         run: RunBatch[Item, Result],
         *,
         max_batch: int,
-        max_inflight: int,
+        max_inflight: int = 1,
         key: Callable[[Item], Hashable] | None = None,
+        slots: CommitSlots | None = None,
+        linger_seconds: float = 0.0,
     ) -> None:
         self.pool = pool
         self.run = run
         self.max_batch = max_batch
-        self.max_inflight = max_inflight
+        # Transactions in flight at once: this committer's own, or shared with others.
+        self.slots = slots if slots is not None else CommitSlots(max_inflight)
         # Items with the same key never share a batch (one statement must not
         # touch the same row twice); the later one waits for the next batch.
         self.key = key
+        # Under concurrent load a batch may wait this long for as many requests
+        # as the last batch held (see _start_batches).
+        self.linger_seconds = linger_seconds
+        self._last_size = 0
+        self._gathered: asyncio.Future[None] | None = None
+        self._gather_target = 0
         self._queue: deque[tuple[Item, asyncio.Future[Result | CoordinatorError]]] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
         self.batches = 0  # for benchmarks and tests: how many transactions ran
@@ -61,22 +101,54 @@ class GroupCommitter(Generic[Item, Result]):
             asyncio.get_running_loop().create_future()
         )
         self._queue.append((item, future))
-        self._start_batches()
+        gathered = self._gathered
+        if gathered is not None and len(self._queue) >= self._gather_target:
+            if not gathered.done():
+                gathered.set_result(None)
+        else:
+            self._start_batches()
         outcome = await future
         if isinstance(outcome, CoordinatorError):
             raise outcome
         return outcome
 
     def _start_batches(self) -> None:
-        while self._queue and len(self._inflight) < self.max_inflight:
-            batch = self._take_batch()
-            task = asyncio.create_task(self._commit(batch))
+        slots = self.slots
+        while self._queue and slots.used < slots.size:
+            slots.used += 1
+            # Concurrent callers (the last batch held several) come at a rate that
+            # filled that batch while it committed; the next one waits, briefly,
+            # to be as large, rather than going with whoever is here already.
+            # Fewer, larger transactions cost the process and the database less;
+            # a lone caller (batches of one) never waits.
+            target = min(self._last_size, self.max_batch)
+            if self.linger_seconds > 0 and target > 1 and len(self._queue) < target:
+                task = asyncio.create_task(self._gather_and_commit(target))
+            else:
+                task = asyncio.create_task(self._commit(self._take_batch()))
             self._inflight.add(task)
             task.add_done_callback(self._finished)
+        if self._queue:
+            slots.wait(self)
+
+    async def _gather_and_commit(self, target: int) -> None:
+        self._gather_target = target
+        self._gathered = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(self.linger_seconds):
+                await self._gathered
+        except TimeoutError:
+            pass
+        finally:
+            self._gathered = None
+        await self._commit(self._take_batch())
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
-        self._start_batches()
+        if self._queue:
+            # Behind any other kind already waiting: the kinds take turns.
+            self.slots.wait(self)
+        self.slots.release()
 
     def _take_batch(self) -> list[tuple[Item, asyncio.Future[Result | CoordinatorError]]]:
         batch: list[tuple[Item, asyncio.Future[Result | CoordinatorError]]] = []
@@ -135,6 +207,7 @@ class GroupCommitter(Generic[Item, Result]):
             outcomes = await self.run(conn, items)
         self.batches += 1
         self.items += len(items)
+        self._last_size = len(items)
         return outcomes
 
 

@@ -17,7 +17,7 @@ from coordinator import metrics
 from coordinator.core import ending, producing, recall
 from coordinator.core.configs import TransactionsConfig
 from coordinator.core.context import CoreContext
-from coordinator.core.group_commit import GroupCommitter, Item, Result, RunBatch
+from coordinator.core.group_commit import CommitSlots, GroupCommitter, Item, Result, RunBatch
 from coordinator.core.ids import new_message_id
 from coordinator.domain.delivery_time import RecallHandle
 from coordinator.domain.errors import CoordinatorError, NotFound
@@ -35,6 +35,9 @@ class Transactions:
     def __init__(self, context: CoreContext, config: TransactionsConfig) -> None:
         self._context = context
         self._config = config
+        # Prepares, sends and ends share their transactions in flight: each
+        # kind's requests gather while another kind's batch commits.
+        self._slots = CommitSlots(config.group_commit_max_inflight)
         self._prepares = self._group_committer(self._inserter(transactional=True))
         self._sends = self._group_committer(self._inserter(transactional=False))
         self._ends = self._group_committer(
@@ -108,8 +111,9 @@ class Transactions:
             self._context.pool,
             run,
             max_batch=self._config.group_commit_max_batch,
-            max_inflight=self._config.group_commit_max_inflight,
             key=key,
+            slots=self._slots,
+            linger_seconds=self._config.group_commit_linger_seconds,
         )
 
 

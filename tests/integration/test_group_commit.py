@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from coordinator.core import Coordinator
-from coordinator.core.group_commit import GroupCommitter
+from coordinator.core.group_commit import CommitSlots, GroupCommitter
 from coordinator.domain.errors import InvalidMessage, MessageIdConflict, StateConflict
 from coordinator.domain.states import Resolution
 from tests.factories import end, half
@@ -98,3 +98,83 @@ async def test_a_failing_batch_is_retried_one_request_at_a_time(core: Coordinato
     )
     assert outcomes[:2] == ["A", "B"] and outcomes[3:] == ["C", "D"]
     assert isinstance(outcomes[2], RuntimeError)
+
+
+async def test_kinds_sharing_slots_take_turns_and_gather_while_the_other_commits(
+    core: Coordinator,
+) -> None:
+    first_may_commit = asyncio.Event()
+
+    async def held(conn, items: list[str]) -> list[str]:
+        await conn.execute("SELECT 1")
+        await first_may_commit.wait()
+        return [item.upper() for item in items]
+
+    async def run(conn, items: list[str]) -> list[str]:
+        await conn.execute("SELECT 1")
+        return [item.upper() for item in items]
+
+    slots = CommitSlots(1)
+    prepares: GroupCommitter[str, str] = GroupCommitter(core.pool, held, max_batch=50, slots=slots)
+    ends: GroupCommitter[str, str] = GroupCommitter(core.pool, run, max_batch=50, slots=slots)
+    first = asyncio.create_task(prepares.submit("p"))
+    waiting = [asyncio.create_task(ends.submit(item)) for item in ["a", "b", "c"]]
+    for _ in range(20):  # bounded: let every task reach its committer
+        await asyncio.sleep(0)
+    assert ends.batches == 0  # the one slot is the prepares' batch's
+
+    first_may_commit.set()
+    assert await first == "P"
+    assert await asyncio.gather(*waiting) == ["A", "B", "C"]
+    assert (ends.batches, ends.items) == (1, 3)  # gathered while the other kind committed
+
+
+async def test_under_concurrent_load_a_batch_gathers_as_many_as_the_last_one_held(
+    core: Coordinator,
+) -> None:
+    may_commit = asyncio.Event()
+
+    async def run(conn, items: list[str]) -> list[str]:
+        await conn.execute("SELECT 1")
+        if "held" in items:
+            await may_commit.wait()
+        return [item.upper() for item in items]
+
+    committer: GroupCommitter[str, str] = GroupCommitter(
+        core.pool, run, max_batch=50, linger_seconds=30.0
+    )
+
+    async def settle() -> None:
+        for _ in range(50):  # bounded: let every task reach the committer
+            await asyncio.sleep(0)
+
+    # A batch of three: they queued while a held batch committed.
+    held = asyncio.create_task(committer.submit("held"))
+    three = [asyncio.create_task(committer.submit(item)) for item in "abc"]
+    await settle()
+    may_commit.set()
+    assert await held == "HELD" and await asyncio.gather(*three) == ["A", "B", "C"]
+    assert (committer.batches, committer.items) == (2, 4)
+
+    # The next waits (within the linger) until three are there, then goes as one batch.
+    first = asyncio.create_task(committer.submit("d"))
+    await settle()
+    assert committer.batches == 2 and not first.done()
+    rest = [asyncio.create_task(committer.submit(item)) for item in "ef"]
+    async with asyncio.timeout(10):
+        assert await asyncio.gather(first, *rest) == ["D", "E", "F"]
+    assert (committer.batches, committer.items) == (3, 7)
+
+
+async def test_a_lone_caller_never_waits_for_the_linger(core: Coordinator) -> None:
+    async def run(conn, items: list[str]) -> list[str]:
+        await conn.execute("SELECT 1")
+        return [item.upper() for item in items]
+
+    committer: GroupCommitter[str, str] = GroupCommitter(
+        core.pool, run, max_batch=50, linger_seconds=30.0
+    )
+    async with asyncio.timeout(10):  # each would take 30 s if it waited
+        for item in "abcde":
+            assert await committer.submit(item) == item.upper()
+    assert committer.batches == 5

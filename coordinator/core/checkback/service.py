@@ -246,6 +246,7 @@ class CheckBack:
 
     def _count_claimed(self, claimed: list[ClaimedCheck]) -> None:
         actions = [c.action for c in claimed]
+        metrics.CHECK_BACKS_CLAIMED.inc(actions.count(ClaimAction.CHECK))
         metrics.count_resolution(
             MessageState.DISCARDED, Source.DISCARD, actions.count(ClaimAction.DISCARD)
         )
