@@ -2,6 +2,13 @@
 by the message's birth date (UTC) and topic (the layout tables.py describes).
 
 Plain paths, no Spark: the report's in-process engine reads the same files.
+
+The layout has no version number: each Parquet file carries its own schema,
+and a table's columns change only by adding nullable ones (messages gained
+deliver_at and trace_context). Files written before a column existed stay
+as they are; every reader asks for the current columns and reads a missing
+one as null (tables.py's schemas, the report's column list), and the
+checksums leave a null added column out, so such rows verify as before.
 """
 
 from __future__ import annotations

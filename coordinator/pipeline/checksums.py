@@ -6,6 +6,11 @@ body as its sha256); a partition's checksum is the sum of its rows'
 fingerprints. The named queries pipeline_archive_message_checksums and
 pipeline_archive_history_checksums compute exactly the same in PostgreSQL,
 so a copy verifies only if every column of every row arrived unchanged.
+
+Columns added to the archive later (deliver_at, trace_context; see
+archive_layout.py) enter the fingerprint as 'name=value', and only when not
+NULL: a row without them, such as every row archived before they existed,
+keeps the fingerprint it had then.
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ def _micros(name: str) -> Column:
     return F.coalesce(F.unix_micros(F.col(name)).cast("string"), F.lit(NULL_TEXT))
 
 
+def _added(name: str, value: Column) -> Column:
+    # NULL when the value is (concat is NULL then), and concat_ws skips NULLs.
+    return F.concat(F.lit(f"{name}="), value)
+
+
 def _fingerprint(*parts: Column) -> Column:
     digest = F.sha2(F.concat_ws("|", *parts), 256)
     return F.conv(F.substring(digest, 1, 15), 16, 10).cast("decimal(38,0)")
@@ -70,6 +80,8 @@ def message_fingerprint() -> Column:
         _micros("next_check_at"),
         _micros("resolved_at"),
         _text("resolution_source"),
+        _added("deliver_at", F.unix_micros(F.col("deliver_at")).cast("string")),
+        _added("trace_context", F.col("trace_context")),
     )
 
 

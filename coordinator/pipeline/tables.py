@@ -9,6 +9,9 @@ the message's birth date (UTC) and topic:
     ARCHIVE/history/born_date=2026-11-19/topic=orders/run-<run>-part-....parquet
     ARCHIVE/_runs/<run>.json          one manifest per archive run
     ARCHIVE/_staging/<run>/...        a run's copy before it is verified and published
+
+Readers ask for the current schemas below: a column a file lacks (one
+written before the column was added, see archive_layout.py) reads as null.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ ARCHIVED_MESSAGES_SCHEMA = _schema(
     ("next_check_at", TimestampType()),
     ("resolved_at", TimestampType()),
     ("resolution_source", StringType()),
+    ("deliver_at", TimestampType()),
+    ("trace_context", StringType()),
     ("born_date", DateType()),
     ("topic", StringType()),
 )

@@ -14,11 +14,12 @@ from coordinator.pipeline.synthetic import generate
 INSERT_MESSAGE = """
 INSERT INTO messages (message_id, transaction_id, kind, producer_group, topic, tags, keys,
                       message_group, body, properties, state, check_count, check_immunity,
-                      born_at, next_check_at, resolved_at, resolution_source)
+                      born_at, next_check_at, resolved_at, resolution_source, deliver_at,
+                      trace_context)
 VALUES (%(message_id)s, %(transaction_id)s, %(kind)s, %(producer_group)s, %(topic)s, %(tags)s,
         %(keys)s, %(message_group)s, %(body)s, %(properties)s::jsonb, %(state)s,
         %(check_count)s, %(check_immunity)s, %(born_at)s, %(next_check_at)s, %(resolved_at)s,
-        %(resolution_source)s)
+        %(resolution_source)s, %(deliver_at)s, %(trace_context)s)
 RETURNING id
 """
 
@@ -43,6 +44,8 @@ def add_message(db: psycopg.Connection, **fields: Any) -> int:
         "next_check_at": None,
         "resolved_at": None,
         "resolution_source": None,
+        "deliver_at": None,
+        "trace_context": None,
     }
     values.update(fields)
     if values["state"] != "prepared":
@@ -73,3 +76,20 @@ def parquet_column(root: Path, table: str, column: str) -> list[Any]:
     for path in sorted((root / table).glob("*=*/*=*/*.parquet")):
         values.extend(pq.read_table(path, columns=[column]).column(column).to_pylist())
     return values
+
+
+# The messages' columns the archive gained after its first layout.
+ADDED_MESSAGE_COLUMNS = ("deliver_at", "trace_context")
+
+
+def drop_added_columns(files: list[Path]) -> int:
+    """Rewrite archive message files as the archive wrote them before
+    ADDED_MESSAGE_COLUMNS existed; returns how many files had them."""
+    rewritten = 0
+    for path in files:
+        table = pq.read_table(path)
+        present = [c for c in ADDED_MESSAGE_COLUMNS if c in table.column_names]
+        if present:
+            pq.write_table(table.drop_columns(present), path, coerce_timestamps="us")
+            rewritten += 1
+    return rewritten

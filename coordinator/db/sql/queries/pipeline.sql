@@ -60,8 +60,8 @@ FROM messages;
 SELECT m.id, m.message_id, m.transaction_id, m.kind, m.producer_group, m.tags, m.keys,
        m.message_group, m.body, m.properties::text AS properties, m.state, m.check_count,
        extract(epoch FROM m.check_immunity)::float8 AS check_immunity_seconds,
-       m.born_at, m.next_check_at, m.resolved_at, m.resolution_source,
-       (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic
+       m.born_at, m.next_check_at, m.resolved_at, m.resolution_source, m.deliver_at,
+       m.trace_context, (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic
 FROM archivable_messages m
 WHERE m.resolved_at < %(cutoff)s::timestamptz
   AND m.id <= %(max_id)s::bigint;
@@ -80,6 +80,9 @@ WHERE m.resolved_at < %(cutoff)s::timestamptz
 -- Per date and topic: rows and the sum of a 60-bit row fingerprint (sha256
 -- of every column as text). coordinator/pipeline/checksums.py computes the
 -- same fingerprint over the Parquet copy; the two must agree exactly.
+-- Columns added to messages later (deliver_at, trace_context) enter as
+-- 'name=value', left out when NULL (concat_ws skips NULLs): a row without
+-- them has the fingerprint it had before they existed.
 SELECT (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic, count(*) AS rows,
        sum(('x' || substr(encode(sha256(convert_to(concat_ws('|',
            m.id::text, m.message_id, coalesce(m.transaction_id, '\N'), m.kind,
@@ -90,7 +93,9 @@ SELECT (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic, count(*) AS r
            ((extract(epoch FROM m.born_at) * 1000000)::bigint)::text,
            coalesce(((extract(epoch FROM m.next_check_at) * 1000000)::bigint)::text, '\N'),
            coalesce(((extract(epoch FROM m.resolved_at) * 1000000)::bigint)::text, '\N'),
-           coalesce(m.resolution_source, '\N')
+           coalesce(m.resolution_source, '\N'),
+           'deliver_at=' || ((extract(epoch FROM m.deliver_at) * 1000000)::bigint)::text,
+           'trace_context=' || m.trace_context
        ), 'UTF8')), 'hex'), 1, 15))::bit(60)::bigint) AS checksum
 FROM archivable_messages m
 WHERE m.resolved_at < %(cutoff)s::timestamptz
