@@ -91,5 +91,7 @@ def drop_added_columns(files: list[Path]) -> int:
         present = [c for c in ADDED_MESSAGE_COLUMNS if c in table.column_names]
         if present:
             pq.write_table(table.drop_columns(present), path, coerce_timestamps="us")
+            # Hadoop's checksum of a staged file no longer matches it: Spark would refuse it.
+            path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
             rewritten += 1
     return rewritten

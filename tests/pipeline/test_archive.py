@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from coordinator.db.queries import execute_sync
 from coordinator.pipeline import manifest
 from coordinator.pipeline.archive import (
     CHECKPOINTS,
@@ -21,9 +22,16 @@ from coordinator.pipeline.archive import (
 )
 from coordinator.pipeline.manifest import RunStatus
 from coordinator.pipeline.tables import HISTORY, MESSAGES, read_parquet_dataset
-from tests.pipeline.data import add_message, parquet_column, seed
+from tests.pipeline.data import (
+    ADDED_MESSAGE_COLUMNS,
+    add_message,
+    drop_added_columns,
+    parquet_column,
+    seed,
+)
 
 OLD = timedelta(days=8)
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 class Crash(Exception):
@@ -291,3 +299,112 @@ def test_one_archive_run_at_a_time(spark: SparkSession, database_url: str, tmp_p
         )
         with pytest.raises(ArchiveBusy):
             run_archive(spark, database_url, _options(tmp_path))
+
+
+def _added_values(db: psycopg.Connection) -> dict[int, tuple[object, object]]:
+    rows = db.execute("SELECT id, deliver_at, trace_context FROM messages").fetchall()
+    return {i: (deliver_at, trace) for i, deliver_at, trace in rows}
+
+
+def _archived_added_values(archive: Path) -> dict[int, tuple[object, object]]:
+    rows = pq.read_table(archive / MESSAGES, columns=["id", *ADDED_MESSAGE_COLUMNS]).to_pylist()
+    return {r["id"]: (r["deliver_at"], r["trace_context"]) for r in rows}
+
+
+def test_a_delayed_traced_message_keeps_its_delivery_time_and_trace_context(
+    spark: SparkSession, database_url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    old = db.execute("SELECT now()").fetchone()[0] - OLD
+    delayed = add_message(
+        db,
+        transaction_id="delayed",
+        born_at=old,
+        deliver_at=old + timedelta(minutes=10, microseconds=123457),
+        trace_context=TRACEPARENT,
+    )
+    add_message(
+        db,
+        kind="normal",
+        producer_group=None,
+        message_id="traced",
+        born_at=old,
+        trace_context=TRACEPARENT[:-2] + "00",
+    )
+    add_message(
+        db,
+        transaction_id="delay-only",
+        state="rolled_back",
+        born_at=old,
+        deliver_at=old + timedelta(hours=1),
+    )
+    add_message(db, transaction_id="plain", born_at=old)
+    expected = _added_values(db)
+
+    # PostgreSQL's checksum covers both columns: it moves when either changes
+    # (a microsecond, a value become NULL). The Parquet side's covers them too,
+    # or the run below would not verify.
+    def checksums() -> list[tuple[object, ...]]:
+        bounds = {"cutoff": datetime.now(UTC), "max_id": 2**62}
+        return execute_sync(db, "pipeline_archive_message_checksums", bounds).fetchall()
+
+    unchanged = checksums()
+    for change, undo in (
+        ("deliver_at = deliver_at + interval '1 microsecond'", "deliver_at = %(deliver_at)s"),
+        ("trace_context = NULL", "trace_context = %(trace_context)s"),
+    ):
+        db.execute(f"UPDATE messages SET {change} WHERE id = %(id)s", {"id": delayed})
+        assert checksums() != unchanged, change
+        db.execute(
+            f"UPDATE messages SET {undo} WHERE id = %(id)s",
+            {"id": delayed, "deliver_at": expected[delayed][0], "trace_context": TRACEPARENT},
+        )
+        assert checksums() == unchanged
+
+    # The two checksums agree and the rows leave PostgreSQL.
+    (run,) = run_archive(spark, database_url, _options(tmp_path))
+    assert run.deleted == len(expected) and _live_ids(db) == set()
+    assert _archived_added_values(tmp_path) == expected
+    # and Spark's reader (report, audit) reads the same values
+    spark_rows = (
+        read_parquet_dataset(spark, tmp_path, MESSAGES).select("id", "deliver_at").collect()
+    )
+    assert {r["id"]: r["deliver_at"] for r in spark_rows}[delayed].timestamp() == (
+        expected[delayed][0].timestamp()
+    )
+
+
+def test_an_archive_written_before_the_added_columns_still_verifies_and_reads(
+    spark: SparkSession, database_url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    old = db.execute("SELECT now()").fetchone()[0] - OLD
+    before = {add_message(db, transaction_id=f"before-{n}", born_at=old) for n in range(3)}
+    # A run copies them and stops before it records its verification; its copy
+    # is then made what a version without the columns wrote.
+    with pytest.raises(Crash):
+        run_archive(spark, database_url, _options(tmp_path), checkpoint=crash_at("verified"))
+    (unfinished,) = manifest.unfinished_runs(tmp_path)
+    assert unfinished.status is RunStatus.COPIED  # the rerun verifies the copy again
+    staged = sorted((tmp_path / "_staging").rglob(f"{MESSAGES}/*=*/*=*/*.parquet"))
+    assert drop_added_columns(staged) > 0
+    # A message with both values, a day older: a partition of its own.
+    after = add_message(
+        db,
+        transaction_id="after",
+        born_at=old - timedelta(days=1),
+        deliver_at=old,
+        trace_context=TRACEPARENT,
+    )
+
+    # The old copy verifies (rows without the values fingerprint as before) and
+    # the new run archives the new message with them.
+    resumed, fresh = run_archive(spark, database_url, _options(tmp_path))
+    assert resumed.deleted == len(before) and fresh.deleted == 1 and _live_ids(db) == set()
+    old_files = [f for f in (tmp_path / MESSAGES).rglob("*.parquet") if resumed.run_id in f.name]
+    assert old_files and all(
+        not set(ADDED_MESSAGE_COLUMNS) & set(pq.read_schema(f).names) for f in old_files
+    )
+
+    # Both layouts read as one dataset: the old files' rows have nulls.
+    rows = read_parquet_dataset(spark, tmp_path, MESSAGES).collect()
+    values = {r["id"]: (r["deliver_at"] is not None, r["trace_context"]) for r in rows}
+    assert values == {**dict.fromkeys(before, (False, None)), after: (True, TRACEPARENT)}
