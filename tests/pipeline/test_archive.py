@@ -21,6 +21,7 @@ from coordinator.pipeline.archive import (
     run_archive,
 )
 from coordinator.pipeline.manifest import RunStatus
+from coordinator.pipeline.report import ReportOptions, run_report
 from coordinator.pipeline.tables import HISTORY, MESSAGES, read_parquet_dataset
 from tests.pipeline.data import (
     ADDED_MESSAGE_COLUMNS,
@@ -408,3 +409,8 @@ def test_an_archive_written_before_the_added_columns_still_verifies_and_reads(
     rows = read_parquet_dataset(spark, tmp_path, MESSAGES).collect()
     values = {r["id"]: (r["deliver_at"] is not None, r["trace_context"]) for r in rows}
     assert values == {**dict.fromkeys(before, (False, None)), after: (True, TRACEPARENT)}
+    # and the report's in-process reader, both layouts in one Arrow dataset
+    report = run_report(
+        None, database_url, ReportOptions(tmp_path / "report", archive_dir=tmp_path, partitions=1)
+    )
+    assert report.archive_rows == len(before) + 1 and report.messages == len(before) + 1

@@ -14,6 +14,7 @@ from psycopg import sql
 from pyspark.sql import SparkSession
 
 from coordinator.pipeline.archive import ArchiveOptions, run_archive
+from coordinator.pipeline.archive_layout import MESSAGES, archive_days, day_files
 from coordinator.pipeline.audit import (
     DELIVERED_WITHOUT_LOCAL_COMMIT,
     LOCAL_COMMIT_WITHOUT_DELIVERY,
@@ -22,7 +23,7 @@ from coordinator.pipeline.audit import (
     ProducerTable,
     run_audit,
 )
-from tests.pipeline.data import add_message
+from tests.pipeline.data import ADDED_MESSAGE_COLUMNS, add_message, drop_added_columns
 
 BARRIER_DDL = """
 CREATE TABLE coordinator_barrier (
@@ -198,3 +199,38 @@ def test_a_consistent_history_has_nothing_to_report(
                 )
     result = run_audit(spark, database_url, AuditOptions(producer=ProducerTable(producer_url)))
     assert result.total == 0 and result.messages == 20 and result.producer_rows > 0
+
+
+def test_an_archive_partly_written_before_the_added_columns_is_audited(
+    spark: SparkSession,
+    database_url: str,
+    db: psycopg.Connection,
+    producer_url: str,
+    tmp_path: Path,
+) -> None:
+    old = _now(db) - timedelta(days=8)
+    for tx in ("missing", "ok"):
+        add_message(db, transaction_id=tx, born_at=old)
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    add_message(
+        db,
+        transaction_id="traced-missing",
+        born_at=old - timedelta(days=1),
+        deliver_at=old,
+        trace_context=traceparent,
+    )
+    with psycopg.connect(producer_url, autocommit=True) as producer:
+        producer.execute(BARRIER_DDL)
+        producer.execute("INSERT INTO coordinator_barrier VALUES ('ok', 'committed')")
+    archive = tmp_path / "archive"
+    run_archive(spark, database_url, ArchiveOptions(archive, timedelta(hours=72), partitions=2))
+    # The newer day's files as the archive wrote them before the columns existed.
+    traced_day, plain_day = archive_days(archive, MESSAGES)
+    assert drop_added_columns(day_files(archive, MESSAGES, [plain_day])) > 0
+    (traced_file,) = day_files(archive, MESSAGES, [traced_day])
+    assert set(ADDED_MESSAGE_COLUMNS) <= set(pq.read_schema(traced_file).names)
+
+    options = AuditOptions(producer=ProducerTable(producer_url), archive_dir=archive)
+    result = run_audit(spark, database_url, options)
+    assert result.messages == 3
+    assert _found(result) == {DELIVERED_WITHOUT_LOCAL_COMMIT: {"missing", "traced-missing"}}
