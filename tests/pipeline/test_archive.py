@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from coordinator.db import schema
 from coordinator.db.queries import execute_sync
 from coordinator.pipeline import manifest
 from coordinator.pipeline.archive import (
@@ -22,7 +23,13 @@ from coordinator.pipeline.archive import (
 )
 from coordinator.pipeline.manifest import RunStatus
 from coordinator.pipeline.report import ReportOptions, run_report
-from coordinator.pipeline.tables import HISTORY, MESSAGES, read_parquet_dataset
+from coordinator.pipeline.tables import (
+    ARCHIVED_HISTORY_SCHEMA,
+    ARCHIVED_MESSAGES_SCHEMA,
+    HISTORY,
+    MESSAGES,
+    read_parquet_dataset,
+)
 from tests.pipeline.data import (
     ADDED_MESSAGE_COLUMNS,
     add_message,
@@ -414,3 +421,19 @@ def test_an_archive_written_before_the_added_columns_still_verifies_and_reads(
         None, database_url, ReportOptions(tmp_path / "report", archive_dir=tmp_path, partitions=1)
     )
     assert report.archive_rows == len(before) + 1 and report.messages == len(before) + 1
+
+
+def test_the_archive_takes_every_column_of_messages_and_history(db: psycopg.Connection) -> None:
+    """A column added to either table must be archived too, or archiving loses it."""
+    renamed = {"check_immunity": "check_immunity_seconds"}
+    columns = {renamed.get(c.name, c.name) for c in schema.messages.columns} | {"born_date"}
+    assert set(ARCHIVED_MESSAGES_SCHEMA.fieldNames()) == columns
+    history = {c.name for c in schema.message_history.columns} | {"born_date", "topic"}
+    assert set(ARCHIVED_HISTORY_SCHEMA.fieldNames()) == history
+    bounds = {"cutoff": datetime.now(UTC), "max_id": 0}
+    for name, expected in (
+        ("pipeline_archive_messages", ARCHIVED_MESSAGES_SCHEMA),
+        ("pipeline_archive_history", ARCHIVED_HISTORY_SCHEMA),
+    ):
+        selected = execute_sync(db, name, bounds).description or []
+        assert [c.name for c in selected] == expected.fieldNames(), name
