@@ -173,8 +173,11 @@ def test_the_page_asks_for_a_token_and_keeps_it_for_the_tab(
 
         page.fill("#token", producer)
         page.click("#token-form button")
+        # A function, not an expression: Playwright evals a bare expression
+        # inside the page, which the page's CSP (no 'unsafe-eval') may refuse.
         page.wait_for_function(
-            "document.querySelector('#token-reason').textContent.includes('metrics permission')"
+            "() => document.querySelector('#token-reason').textContent"
+            ".includes('metrics permission')"
         )
         page.fill("#token", metrics)
         page.click("#token-form button")
