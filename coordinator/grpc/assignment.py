@@ -20,7 +20,7 @@ from typing import Any
 
 from coordinator.config import Settings
 from coordinator.core.auth import Authenticator
-from coordinator.grpc.calls import answered, caller_of, group_of, topic_of
+from coordinator.grpc.calls import answered, consumer_call
 from coordinator.grpc.status import status
 from coordinator.grpc.stubs import Stubs
 
@@ -82,10 +82,7 @@ class Assignments:
 
     @answered("QueryAssignmentResponse")
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        caller = caller_of(context, self.authenticator)
-        topic = topic_of(request.topic)
-        group = group_of(request.group)
-        caller.principal.require_consume(group, topic)
+        _, _, topic = consumer_call(context, self.authenticator, request.group, request.topic)
         endpoints = requested_endpoints(self.stubs, self.settings, self.port, request)
         assignment = self.stubs.definition.Assignment(
             message_queue=topic_queue(self.stubs, topic, endpoints)

@@ -64,6 +64,18 @@ def caller_of(context: Any, authenticator: Authenticator) -> Caller:
     return Caller(principal, metadata.get("x-mq-client-id") or None)
 
 
+def consumer_call(
+    context: Any, authenticator: Authenticator, group: Any, topic: Any
+) -> tuple[Caller, str, str]:
+    """The caller of a consumer's RPC, with the consumer group and the topic its
+    `Resource`s name, once the caller's token may consume them."""
+    caller = caller_of(context, authenticator)
+    consumer_group = group_of(group)
+    topic_name = topic_of(topic)
+    caller.principal.require_consume(consumer_group, topic_name)
+    return caller, consumer_group, topic_name
+
+
 def topic_of(resource: Any) -> str:
     """The topic a `Resource` names, checked like a topic sent over HTTP."""
     if resource.resource_namespace:

@@ -37,10 +37,8 @@ from coordinator.grpc.calls import (
     INTERNAL,
     DoorPart,
     answered,
-    caller_of,
-    group_of,
+    consumer_call,
     overall,
-    topic_of,
 )
 from coordinator.grpc.consumer_settings import backoff_seconds
 from coordinator.grpc.status import DoorError, Unreadable, error_status, status
@@ -122,10 +120,9 @@ class Consuming(DoorPart):
     async def _receive(self, request: Any, context: Any) -> tuple[float, list[ReceivedMessage]]:
         if isinstance(request, Unreadable):
             raise request
-        caller = caller_of(context, self.authenticator)
-        group = group_of(request.group)
-        topic = topic_of(request.message_queue.topic)
-        caller.principal.require_consume(group, topic)
+        caller, group, topic = consumer_call(
+            context, self.authenticator, request.group, request.message_queue.topic
+        )
         expression, filter_type = convert.filter_of(self.stubs, request.filter_expression)
         await self.subscribed(group, topic, expression, filter_type)
         invisible = (
@@ -184,10 +181,7 @@ class Consuming(DoorPart):
     # --- after receiving -----------------------------------------------------
     @answered("AckMessageResponse")
     async def AckMessage(self, request: Any, context: Any) -> Any:
-        caller = caller_of(context, self.authenticator)
-        group = group_of(request.group)
-        topic = topic_of(request.topic)
-        caller.principal.require_consume(group, topic)
+        _, group, _ = consumer_call(context, self.authenticator, request.group, request.topic)
         handles = [entry.receipt_handle for entry in request.entries]
         try:
             results = await self.core.delivery.ack_batch(group, handles)
@@ -211,10 +205,9 @@ class Consuming(DoorPart):
         if isinstance(request, Unreadable):
             return response(status=error_status(self.stubs, request))
         try:
-            caller = caller_of(context, self.authenticator)
-            group = group_of(request.group)
-            topic = topic_of(request.topic)
-            caller.principal.require_consume(group, topic)
+            caller, group, _ = consumer_call(
+                context, self.authenticator, request.group, request.topic
+            )
             if not request.HasField("invisible_duration"):
                 raise DoorError("ILLEGAL_INVISIBLE_TIME", "give the new invisible duration")
             seconds = convert.seconds_of(request.invisible_duration)
@@ -257,10 +250,7 @@ class Consuming(DoorPart):
 
     @answered("ForwardMessageToDeadLetterQueueResponse")
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        caller = caller_of(context, self.authenticator)
-        group = group_of(request.group)
-        topic = topic_of(request.topic)
-        caller.principal.require_consume(group, topic)
+        _, group, _ = consumer_call(context, self.authenticator, request.group, request.topic)
         await self.core.delivery.dead_letter(group, request.receipt_handle)
         return self.stubs.service.ForwardMessageToDeadLetterQueueResponse(
             status=status(self.stubs, "OK", "moved to the dead letters")
