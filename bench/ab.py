@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -94,16 +94,29 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.seconds, args.concurrency = 1, 2.0, [16]
+    return compare_revisions(args, _compare, _print_table)
+
+
+def compare_revisions(
+    args: argparse.Namespace,
+    compare: Callable[[Side, Side, argparse.Namespace], dict],
+    print_table: Callable[[dict], None],
+) -> dict:
+    """Check out both sides, `compare` them, print the report and write it to `args.out`.
+
+    A side that cannot be had, or two sides whose schemas differ, end the run
+    with a sentence and exit status 1.
+    """
     try:
         with ExitStack() as cleanup:
             base = _side(cleanup, "base", args.base)
             candidate = _side(cleanup, "candidate", args.candidate)
             _require_one_migration_head(base, candidate)
-            report = _compare(base, candidate, args)
+            report = compare(base, candidate, args)
     except Refusal as refusal:
         console.print(f"[red]{refusal}[/red]")
         raise SystemExit(1) from None
-    _print_table(report)
+    print_table(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     console.print(f"written to {args.out}")

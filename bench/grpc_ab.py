@@ -17,11 +17,9 @@ their medians over the rounds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
-from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,11 +29,10 @@ from rich.table import Table
 from bench.ab import (
     SIDES,
     WORKING_TREE,
-    Refusal,
     Side,
-    _require_one_migration_head,
-    _side,
+    _rate,
     _spread,
+    compare_revisions,
     console,
 )
 from bench.baseline import run_baseline
@@ -66,20 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.seconds, args.concurrency = 1, 2.0, [16]
-    try:
-        with ExitStack() as cleanup:
-            base = _side(cleanup, "base", args.base)
-            candidate = _side(cleanup, "candidate", args.candidate)
-            _require_one_migration_head(base, candidate)
-            report = _compare(base, candidate, args)
-    except Refusal as refusal:
-        console.print(f"[red]{refusal}[/red]")
-        raise SystemExit(1) from None
-    _print_table(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    console.print(f"written to {args.out}")
-    return report
+    return compare_revisions(args, _compare, _print_table)
 
 
 def _compare(base: Side, candidate: Side, args: argparse.Namespace) -> dict:
@@ -198,10 +182,6 @@ def _print_table(report: dict) -> None:
             f"{row['candidate_vs_base']['median']:.2f}x",
         )
     console.print(table)
-
-
-def _rate(spread: dict) -> str:
-    return f"{spread['median']:,.0f} msgs/s\n({spread['min']:,.0f}-{spread['max']:,.0f})"
 
 
 def _side_cell(side: dict) -> str:
