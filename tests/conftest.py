@@ -205,3 +205,17 @@ def issue_token(database_url: str) -> Callable[..., str]:
         return asyncio.run(create())
 
     return issue
+
+
+@pytest.fixture
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A HOME of the test's own for every process it starts.
+
+    Importing the RocketMQ protocol modules (the coordinator's gRPC door and
+    the official Python client do) creates ~/logs/rocketmq_python; the
+    servers and clients a test starts inherit this environment. Modules that
+    start them use it with `pytest.mark.usefixtures("own_home")`.
+    """
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import grpc
+import psycopg
 from rocketmq.grpc_protocol import definition_pb2 as d
 from rocketmq.grpc_protocol import service_pb2 as s
 from rocketmq.grpc_protocol import service_pb2_grpc
@@ -182,3 +183,12 @@ def grpc_door(
             yield door
         finally:
             door.channel.close()
+
+
+def message_state(db: psycopg.Connection, message_id: str) -> tuple[str, str | None]:
+    """A message's state and resolution source, by its message id."""
+    row = db.execute(
+        "SELECT state, resolution_source FROM messages WHERE message_id = %s", (message_id,)
+    ).fetchone()
+    assert row is not None, f"message {message_id} is not stored"
+    return row[0], row[1]

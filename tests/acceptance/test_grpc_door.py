@@ -37,6 +37,7 @@ from tests.grpc_door import (
     end_request,
     grpc_door,
     message,
+    message_state,
     metadata,
     producer_settings,
     receive_request,
@@ -60,14 +61,6 @@ def door(database_url: str) -> Iterator[GrpcDoor]:
     )
     with grpc_door(database_url, settings) as door:
         yield door
-
-
-def _state(db: psycopg.Connection, message_id: str) -> tuple[str, str | None]:
-    row = db.execute(
-        "SELECT state, resolution_source FROM messages WHERE message_id = %s", (message_id,)
-    ).fetchone()
-    assert row is not None, f"message {message_id} is not stored"
-    return row[0], row[1]
 
 
 def _count(db: psycopg.Connection, table: str = "messages") -> int:
@@ -107,7 +100,7 @@ def test_a_normal_message_is_stored_committed_and_a_resend_is_answered_ok_once(
     again = door.send(sent)  # the client's retry after a lost answer
     assert again.status.code == OK
     assert again.entries[0].offset == entry.offset
-    assert _state(db, entry.message_id) == ("committed", "client")
+    assert message_state(db, entry.message_id) == ("committed", "client")
     row = db.execute(
         "SELECT producer_group, tags, keys FROM messages WHERE message_id = %s",
         (entry.message_id,),
@@ -121,7 +114,7 @@ def test_a_transaction_commits_and_rolls_back_with_faithful_status_codes(
 ) -> None:
     half = door.send(message(TOPIC, b"t1", kind=d.TRANSACTION)).entries[0]
     assert half.status.code == OK and half.transaction_id
-    assert _state(db, half.message_id) == ("prepared", None)
+    assert message_state(db, half.message_id) == ("prepared", None)
     # the producer group is the topic
     row = db.execute(
         "SELECT producer_group FROM messages WHERE message_id = %s", (half.message_id,)
@@ -131,22 +124,22 @@ def test_a_transaction_commits_and_rolls_back_with_faithful_status_codes(
     # resolution 0: what the Python client sends for UNSPECIFIED means unknown
     unknown = door.call("EndTransaction", end_request(TOPIC, half, 0))
     assert unknown.status.code == OK
-    assert _state(db, half.message_id) == ("prepared", None)
+    assert message_state(db, half.message_id) == ("prepared", None)
 
     committed = door.call("EndTransaction", end_request(TOPIC, half, d.COMMIT))
     assert committed.status.code == OK
-    assert _state(db, half.message_id) == ("committed", "client")
+    assert message_state(db, half.message_id) == ("committed", "client")
     repeat = door.call("EndTransaction", end_request(TOPIC, half, d.COMMIT))
     assert repeat.status.code == OK  # an idempotent repeat
     conflict = door.call("EndTransaction", end_request(TOPIC, half, d.ROLLBACK))
     assert conflict.status.code == code("PRECONDITION_FAILED")
     assert "committed" in conflict.status.message
-    assert _state(db, half.message_id) == ("committed", "client")
+    assert message_state(db, half.message_id) == ("committed", "client")
 
     other = door.send(message(TOPIC, b"t2", kind=d.TRANSACTION)).entries[0]
     rolled = door.call("EndTransaction", end_request(TOPIC, other, d.ROLLBACK, from_check=True))
     assert rolled.status.code == OK
-    assert _state(db, other.message_id) == ("rolled_back", "check")
+    assert message_state(db, other.message_id) == ("rolled_back", "check")
 
     missing = s.EndTransactionRequest(
         topic=resource(TOPIC), transaction_id="no-such-transaction", resolution=d.COMMIT
@@ -379,7 +372,7 @@ def test_check_backs_go_to_the_producer_stream_that_announced_the_topic(
         assert recover.message.system_properties.body_encoding == d.IDENTITY
         answer = door.call("EndTransaction", end_request(TOPIC, half, d.COMMIT, from_check=True))
         assert answer.status.code == OK
-        assert _state(db, half.message_id) == ("committed", "check")
+        assert message_state(db, half.message_id) == ("committed", "check")
         assert consumer.replies.empty()  # never a check-back on a consumer's stream
     finally:
         producer.close()

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import psutil
@@ -32,35 +32,16 @@ from rocketmq.grpc_protocol import definition_pb2 as d
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from bench.server import free_port
-from tests.grpc_door import OK, end_request, message, metadata, send_request
+from tests.acceptance.test_rocketmq_python import eventually
+from tests.grpc_door import OK, end_request, message, message_state, metadata, send_request
 from tests.processes import coordinator_serve
 from tests.rocketmq_python_client import producer_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("own_home")]
 
 WITHIN = 60.0  # seconds for anything that should happen in a few
 MOST_CONNECTIONS = 64  # tried until both workers serve one (each lands on either)
 MOST_HALF_MESSAGES = 40  # left open until each worker's rounds claimed a check of one
-T = TypeVar("T")
-
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A HOME of the test's own: importing the RocketMQ protocol creates ~/logs there."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-
-
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = WITHIN) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s (last: {value!r})")
-        time.sleep(0.2)
 
 
 def workers_listening(parent: psutil.Process, port: int) -> list[psutil.Process]:
@@ -201,7 +182,7 @@ def test_workers_serve_the_grpc_port_and_check_backs_reach_a_stream_another_work
                 end_request(topic, sent.entries[0], d.COMMIT), metadata=metadata(), timeout=WITHIN
             )
             assert ended.status.code == OK, ended.status.message
-            assert _state(db, sent.entries[0].message_id) == ("committed", "client")
+            assert message_state(db, sent.entries[0].message_id) == ("committed", "client")
 
         # Half messages left open, until the rounds of each worker claimed a check of one:
         # the producer's checker, on the stream one of them holds, answers every check.
@@ -225,7 +206,9 @@ def test_workers_serve_the_grpc_port_and_check_backs_reach_a_stream_another_work
 
         for message_id in opened:
             eventually(
-                lambda message_id=message_id: _state(db, message_id) == ("committed", "check"),
+                lambda message_id=message_id: (
+                    message_state(db, message_id) == ("committed", "check")
+                ),
                 f"{message_id} committed by its check-back",
             )
         checked = {event["message_id"] for event in producer.events("check")}
@@ -233,11 +216,3 @@ def test_workers_serve_the_grpc_port_and_check_backs_reach_a_stream_another_work
         # Among them, checks the worker without the stream claimed.
         (other,) = [pid for pid in pids if pid != holder.pid]
         assert claimed_checks(metrics[other]()) > 0
-
-
-def _state(db: psycopg.Connection, message_id: str) -> tuple[str, str | None]:
-    row = db.execute(
-        "SELECT state, resolution_source FROM messages WHERE message_id = %s", (message_id,)
-    ).fetchone()
-    assert row is not None, f"message {message_id} is not stored"
-    return row[0], row[1]

@@ -22,8 +22,6 @@ is bounded.
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -40,27 +38,19 @@ from tests.acceptance.test_rocketmq_python import (
     WITHIN,
     eventually,
     grpc_coordinator,
+    run_example,
     unique,
 )
 from tests.processes import ServeProcess
 from tests.rocketmq_python_client import (
-    REPO,
     ClientProcess,
     producer_process,
     push_consumer_process,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("own_home")]
 
 FAIL = "fail-"  # a message whose body starts with it fails in the listener
-
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A HOME of the test's own (the client and the door's stubs write logs under it)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
 
 
 @contextmanager
@@ -238,15 +228,7 @@ def test_fifo_push_consumers_keep_each_message_group_in_order_one_at_a_time(
 def test_the_push_consumer_example(
     database_url: str, db: psycopg.Connection, tmp_path: Path
 ) -> None:
-    with grpc_coordinator(database_url, tmp_path) as (_, endpoint):
-        run = subprocess.run(
-            [sys.executable, "examples/rocketmq_push_consumer.py", endpoint],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            start_new_session=True,
-        )
+    run = run_example(database_url, tmp_path, "rocketmq_push_consumer.py")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "failed 'order 2' (delivery attempt 1)" in run.stdout, run.stdout
     assert "consumed 'order 2' (delivery attempt 2)" in run.stdout, run.stdout

@@ -41,7 +41,7 @@ from tests.rocketmq_python_client import (
     producer_process,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("own_home")]
 
 # Check-backs within seconds: first when a half message is 1 s old, then
 # every 2 s; a producer's stream is registered while it is open.
@@ -54,18 +54,6 @@ WITHIN = 60.0  # seconds for anything that should happen in a few
 QUIET = 4.0  # seconds of receiving nothing that prove "not delivered"
 
 T = TypeVar("T")
-
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A HOME of the test's own for every process it starts.
-
-    Importing the RocketMQ protocol modules (the coordinator's gRPC door does)
-    creates ~/logs/rocketmq_python; the server inherits this environment.
-    """
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
 
 
 @contextmanager
@@ -685,24 +673,29 @@ def test_http_message_reaches_a_simple_consumer(
 # --- the example -----------------------------------------------------------------------------
 
 
-def test_the_rocketmq_client_example(
-    database_url: str, db: psycopg.Connection, tmp_path: Path
-) -> None:
-    with grpc_coordinator(database_url, tmp_path) as (_, endpoint):
-        run = subprocess.run(
-            [sys.executable, "examples/rocketmq_client_producer.py", endpoint],
+def run_example(database_url: str, workdir: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """`examples/<script>` run as a user would, against a gRPC coordinator of its own."""
+    with grpc_coordinator(database_url, workdir) as (_, endpoint):
+        return subprocess.run(
+            [sys.executable, f"examples/{script}", endpoint],
             cwd=REPO,
             capture_output=True,
             text=True,
             timeout=120,
             start_new_session=True,
         )
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert "committed" in run.stdout and "acked" in run.stdout, run.stdout
-        rows = db.execute(
-            "SELECT state, resolution_source FROM messages WHERE topic = 'rocketmq-example'"
-        ).fetchall()
-        assert rows == [("committed", "client")]
+
+
+def test_the_rocketmq_client_example(
+    database_url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    run = run_example(database_url, tmp_path, "rocketmq_client_producer.py")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "committed" in run.stdout and "acked" in run.stdout, run.stdout
+    rows = db.execute(
+        "SELECT state, resolution_source FROM messages WHERE topic = 'rocketmq-example'"
+    ).fetchall()
+    assert rows == [("committed", "client")]
 
 
 def test_a_delay_message_arrives_at_its_time_and_another_is_recalled(

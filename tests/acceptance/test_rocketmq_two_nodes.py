@@ -30,18 +30,10 @@ from tests.acceptance.test_rocketmq_python import (
 )
 from tests.rocketmq_python_client import consumer_process, producer_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("own_home")]
 
 DUE_IN_MS = 2_000
 LATE_AT_MOST_SECONDS = 2.0  # generous: bench.delay measures the 1 s target
-
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A HOME of the test's own (the client and the door's stubs write logs under it)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
 
 
 def test_delayed_filtered_and_recalled_messages_across_two_nodes(
