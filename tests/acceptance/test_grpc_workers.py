@@ -41,7 +41,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("own_home")]
 
 WITHIN = 60.0  # seconds for anything that should happen in a few
 MOST_CONNECTIONS = 64  # tried until both workers serve one (each lands on either)
-MOST_HALF_MESSAGES = 40  # left open until each worker's rounds claimed a check of one
+MOST_HALF_MESSAGES = 120  # left open until each worker's rounds claimed a check of one (a busy
+# machine may let one worker's rounds win the claims for a while)
 
 
 def workers_listening(parent: psutil.Process, port: int) -> list[psutil.Process]:
