@@ -88,8 +88,9 @@ def test_http_a_group_cannot_squat_or_probe_another_groups_ids(
     assert (again.json()["created"], again.json()["offset"]) == (False, own["offset"])
 
     # Probing: an id another group (or topic) uses answers like a fresh one.
-    _created(producer.post("/v1/messages", json={"topic": TOPIC, "message_id": "N-7",
-                                                 "body_text": "x"}))  # fmt: skip
+    _created(
+        producer.post("/v1/messages", json={"topic": TOPIC, "message_id": "N-7", "body_text": "x"})
+    )
     for probe in ("ORD-1", "N-7", "NEVER-USED"):
         normal = {"topic": RIVAL_TOPIC, "message_id": probe, "body_text": "probe"}
         assert _created(rival.post("/v1/messages", json=normal))["created"] is True
@@ -135,9 +136,7 @@ def test_http_another_groups_message_is_not_found_in_the_words_of_a_missing_one(
         hidden, missing = rival.get(hidden_path), rival.get(missing_path)
         assert (hidden.status_code, missing.status_code) == (404, 404), hidden.text
         assert hidden.json()["error"] == missing.json()["error"] == "not_found"
-        assert hidden.json()["message"] == missing.json()["message"].replace(
-            missing_id, hidden_id
-        )
+        assert hidden.json()["message"] == missing.json()["message"].replace(missing_id, hidden_id)
         assert producer.get(hidden_path).status_code == 200
     narrowed = rival.get("/v1/messages/SECRET-1", params={"producer_group": GROUP})
     assert narrowed.status_code == 404

@@ -44,7 +44,12 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.domain.checkback import ClaimAction, OperatorResult
 from coordinator.domain.delivery import AckOutcome, ConsumerLag
-from coordinator.domain.errors import CoordinatorError, NotFound, ReceiptHandleStale
+from coordinator.domain.errors import (
+    AmbiguousMessageId,
+    CoordinatorError,
+    NotFound,
+    ReceiptHandleStale,
+)
 from coordinator.domain.messages import EndRequest, EndResult, NewMessage, SendResult, Status
 from coordinator.domain.rules import delivery_id_of
 from coordinator.domain.states import MessageKind, MessageState, Resolution, Source
@@ -597,7 +602,19 @@ class CoreMachine(RuleBasedStateMachine):
             "message_id": message.message_id,
             "transaction_id": message.transaction_id,
         }
-        record = self.run(self.core.inspection.get_message(**{by: key[by]}))
+        lookup: dict[str, object] = {by: key[by]}
+        if by == "message_id":
+            # An id is unique in its producer group (without one: its topic);
+            # used in several, it is ambiguous until narrowed to one.
+            sharing = [k for k in self.model.messages if k[0] == message.message_id]
+            if len(sharing) > 1:
+                with pytest.raises(AmbiguousMessageId):
+                    self.run(self.core.inspection.get_message(message_id=message.message_id))
+            if message.producer_group is not None:
+                lookup["producer_group"] = message.producer_group
+            else:
+                lookup["topic"] = message.topic
+        record = self.run(self.core.inspection.get_message(**lookup))  # type: ignore[arg-type]
         assert (record.offset, record.state, record.check_count, record.resolution_source) == (
             message.offset,
             message.state,
