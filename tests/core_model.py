@@ -76,6 +76,13 @@ class Draft:
     def fingerprint(self) -> tuple[MessageKind, str | None, str, bytes]:
         return (self.kind, self.producer_group, self.topic, self.body)
 
+    @property
+    def id_key(self) -> tuple[str, str | None, str | None]:
+        """Where its id is unique: its producer group, or without one its topic."""
+        if self.producer_group is not None:
+            return (self.message_id, self.producer_group, None)
+        return (self.message_id, None, self.topic)
+
 
 @dataclass(slots=True)
 class CheckRow:
@@ -187,7 +194,9 @@ class Claimed:
 class CoreModel:
     subscriptions: Sequence[Subscription]  # the ones in force now
     check_max: int
-    messages: dict[str, Message] = field(default_factory=dict)  # by message id
+    # By where a message id is unique: (id, producer group) or, without a
+    # group, (id, topic) (Draft.id_key).
+    messages: dict[tuple[str, str | None, str | None], Message] = field(default_factory=dict)
     by_offset: dict[int, Message] = field(default_factory=dict)
     by_transaction: dict[str, Message] = field(default_factory=dict)
     # (producer group, instance id) -> live; absent: not registered
@@ -231,29 +240,34 @@ class CoreModel:
     def expect_store(self, drafts: Sequence[Draft]) -> list[Stored | Refused]:
         """Per message of a batch: created, a retry of what is stored, or an id conflict."""
         expected: list[Stored | Refused] = []
-        first_in_batch: dict[str, int] = {}
+        first_in_batch: dict[tuple[str, str | None, str | None], int] = {}
         for position, draft in enumerate(drafts):
-            stored = self.messages.get(draft.message_id)
+            stored = self.messages.get(draft.id_key)
             if stored is not None:
                 same = stored.draft.fingerprint == draft.fingerprint
                 expected.append(
                     Stored(False, existing=stored) if same else Refused(MessageIdConflict)
                 )
-            elif draft.message_id in first_in_batch:
-                first = first_in_batch[draft.message_id]
+            elif draft.id_key in first_in_batch:
+                first = first_in_batch[draft.id_key]
                 same = drafts[first].fingerprint == draft.fingerprint
                 expected.append(
                     Stored(False, same_as=first) if same else Refused(MessageIdConflict)
                 )
             else:
-                first_in_batch[draft.message_id] = position
+                first_in_batch[draft.id_key] = position
                 expected.append(Stored(True))
         return expected
+
+    def the_message(self, message_id: str) -> Message:
+        """The one message with this id (a test that used it in one group only)."""
+        (message,) = (m for key, m in self.messages.items() if key[0] == message_id)
+        return message
 
     def add(self, draft: Draft, offset: int, transaction_id: str | None) -> Message:
         state = PREPARED if draft.kind is MessageKind.TRANSACTIONAL else COMMITTED
         message = Message(draft, offset, transaction_id, state, [(Source.CLIENT, None, state)])
-        self.messages[draft.message_id] = message
+        self.messages[draft.id_key] = message
         self.by_offset[offset] = message
         if transaction_id is not None:
             self.by_transaction[transaction_id] = message

@@ -11,9 +11,23 @@ from rich.text import Text
 from coordinator.cli.common import JSON_OPTION, console, open_core, print_json, run_async
 from coordinator.cli.tables import Column, print_table
 from coordinator.core import Coordinator
-from coordinator.domain.errors import NotFound
+from coordinator.domain.errors import AmbiguousMessageId, NotFound
 from coordinator.domain.messages import MessageRecord
 from coordinator.views.messages import MessageOut
+
+# A message id is unique within its producer group (without one: its topic),
+# so an id several groups use needs one of these to say which message.
+PRODUCER_GROUP_OPTION = typer.Option(
+    None,
+    "--producer-group",
+    help="ID is a message id of this producer group (for an id several groups use).",
+)
+TOPIC_OPTION = typer.Option(
+    None,
+    "--topic",
+    help="ID is a message id in this topic (for an id of messages sent without a group).",
+)
+
 
 tx_app = typer.Typer(help="Inspect one transaction or message.", no_args_is_help=True)
 
@@ -30,11 +44,13 @@ def _age(delta: timedelta) -> str:
 async def show(
     ctx: typer.Context,
     ident: str = typer.Argument(..., metavar="ID", help="Offset, transaction id or message id."),
+    producer_group: str | None = PRODUCER_GROUP_OPTION,
+    topic: str | None = TOPIC_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """One message with its history of state changes."""
     async with open_core(ctx) as core:
-        record = await _find(core, ident)
+        record = await _find(core, ident, producer_group=producer_group, topic=topic)
     if as_json:
         # The answer of GET /v1/transactions/{id}: the whole body, as base64 and text.
         print_json(MessageOut.of(record).model_dump(mode="json"))
@@ -42,7 +58,11 @@ async def show(
     _print_record(record)
 
 
-async def _find(core: Coordinator, ident: str) -> MessageRecord:
+async def _find(
+    core: Coordinator, ident: str, *, producer_group: str | None = None, topic: str | None = None
+) -> MessageRecord:
+    if producer_group is not None or topic is not None:
+        return await _by_message_id(core, ident, producer_group, topic)
     if ident.isdigit():
         return await core.inspection.get_message(offset=int(ident))
     try:
@@ -50,9 +70,25 @@ async def _find(core: Coordinator, ident: str) -> MessageRecord:
     except NotFound:
         pass
     try:
-        return await core.inspection.get_message(message_id=ident)
+        return await _by_message_id(core, ident, None, None)
     except NotFound:
         raise NotFound(f"no message with offset, transaction id or message id {ident!r}") from None
+
+
+async def _by_message_id(
+    core: Coordinator, message_id: str, producer_group: str | None, topic: str | None
+) -> MessageRecord:
+    try:
+        return await core.inspection.get_message(
+            message_id=message_id, producer_group=producer_group, topic=topic
+        )
+    except AmbiguousMessageId as error:
+        raise AmbiguousMessageId(
+            error.message.replace(
+                "give the producer group (or, for a message sent without one, the topic)",
+                "give --producer-group (or, for a message sent without one, --topic)",
+            )
+        ) from None
 
 
 def _print_record(record: MessageRecord) -> None:

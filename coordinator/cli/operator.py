@@ -15,7 +15,7 @@ from coordinator.cli.common import (
     run_async,
     settings_from,
 )
-from coordinator.cli.inspect import _find
+from coordinator.cli.inspect import PRODUCER_GROUP_OPTION, TOPIC_OPTION, _find
 from coordinator.cli.status import age
 from coordinator.cli.tables import Column, print_table
 from coordinator.domain.checkback import OperatorResult
@@ -32,10 +32,15 @@ def _describe(result: OperatorResult) -> str:
 
 
 @run_async
-async def recheck(ctx: typer.Context, ident: str = ID_ARGUMENT) -> None:
+async def recheck(
+    ctx: typer.Context,
+    ident: str = ID_ARGUMENT,
+    producer_group: str | None = PRODUCER_GROUP_OPTION,
+    topic: str | None = TOPIC_OPTION,
+) -> None:
     """Re-arm a discarded message: prepared again, check count reset, checked back now."""
     async with open_core(ctx) as core:
-        record = await _find(core, ident)
+        record = await _find(core, ident, producer_group=producer_group, topic=topic)
         result = await core.checkback.recheck(record.offset)
     console.print(
         f"{_describe(result)} re-armed: prepared again with a fresh check budget; "
@@ -47,9 +52,14 @@ async def recheck(ctx: typer.Context, ident: str = ID_ARGUMENT) -> None:
 
 def _resolver(resolution: Resolution, done: str) -> Callable[..., None]:
     @run_async
-    async def resolve(ctx: typer.Context, ident: str = ID_ARGUMENT) -> None:
+    async def resolve(
+        ctx: typer.Context,
+        ident: str = ID_ARGUMENT,
+        producer_group: str | None = PRODUCER_GROUP_OPTION,
+        topic: str | None = TOPIC_OPTION,
+    ) -> None:
         async with open_core(ctx) as core:
-            record = await _find(core, ident)
+            record = await _find(core, ident, producer_group=producer_group, topic=topic)
             result = await core.checkback.resolve(record.offset, resolution)
         if result.changed:
             console.print(

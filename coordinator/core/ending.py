@@ -157,9 +157,10 @@ def _check_owner(request: EndRequest, row: dict[str, Any]) -> None:
     if request.message_id is not None and row["message_id"] != request.message_id:
         raise _not_found(request)
     if row["producer_group"] != request.producer_group:
+        # Never names the owning group: that is another tenant's business.
         raise ProducerGroupMismatch(
-            f"transaction {request.transaction_id!r} belongs to producer group "
-            f"{row['producer_group']!r}, not {request.producer_group!r}"
+            f"transaction {request.transaction_id!r} is not one of producer group "
+            f"{request.producer_group!r}"
         )
 
 

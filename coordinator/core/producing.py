@@ -118,20 +118,26 @@ async def insert_validated(
         "transaction_timeout_seconds": config.transaction_timeout_seconds,
     }
     inserted = await fetch_all(conn, "insert_messages", params)
-    stored = {row["message_id"]: (row, True) for row in inserted}
-    retried = sorted(set(message_ids) - stored.keys())
+    stored = {_id_key(row["message_id"], row): (row, True) for row in inserted}
+    keys = [_id_key(i, m) for m, i in zip(messages, message_ids, strict=True)]
+    retried = sorted(set(keys) - stored.keys(), key=repr)
     if retried:
-        for row in await fetch_all(conn, "find_messages_by_message_id", {"message_ids": retried}):
-            stored[row["message_id"]] = (row, False)
+        wanted = {
+            "message_ids": [k[0] for k in retried],
+            "producer_groups": [k[1] for k in retried],
+            "topics": [k[2] for k in retried],
+        }
+        for row in await fetch_all(conn, "find_messages_by_message_id", wanted):
+            stored[_id_key(row["message_id"], row)] = (row, False)
     outcomes: list[SendResult | CoordinatorError] = []
-    seen: dict[str, tuple[str, str | None, str, bytes]] = {}
-    for message, message_id in zip(messages, message_ids, strict=True):
-        row, created_now = stored[message_id]
+    seen: dict[IdKey, tuple[str, str | None, str, bytes]] = {}
+    for message, message_id, key in zip(messages, message_ids, keys, strict=True):
+        row, created_now = stored[key]
         this = _fingerprint(message, kind)
         if created_now:
             # Inserted by this statement: only its first occurrence in the
             # batch created it; a repeat within the batch is a retry of it.
-            earlier = seen.get(message_id)
+            earlier = seen.get(key)
         else:
             earlier = (
                 row["kind"],
@@ -140,14 +146,16 @@ async def insert_validated(
                 bytes(row["body_sha256"]),
             )
         if earlier is not None and earlier != this:
+            # Only a message of the same producer group (or, without one, the
+            # same topic) can be the other one: this tells no other group's ids.
             outcomes.append(
                 MessageIdConflict(
                     f"message id {message_id!r} is already used by a different message "
-                    "(another kind, producer group, topic or body)"
+                    f"{_id_scope(message)} (another kind, topic or body)"
                 )
             )
             continue
-        seen.setdefault(message_id, this)
+        seen.setdefault(key, this)
         outcomes.append(
             SendResult(
                 offset=row["id"],
@@ -159,6 +167,25 @@ async def insert_validated(
             )
         )
     return outcomes
+
+
+# Where a message id is unique: (message id, producer group, None), or
+# (message id, None, topic) for a message sent without a producer group.
+IdKey = tuple[str, str | None, str | None]
+
+
+def _id_key(message_id: str, message: NewMessage | dict[str, Any]) -> IdKey:
+    if isinstance(message, NewMessage):
+        group, topic = message.producer_group, message.topic
+    else:
+        group, topic = message["producer_group"], message["topic"]
+    return (message_id, group, None) if group is not None else (message_id, None, topic)
+
+
+def _id_scope(message: NewMessage) -> str:
+    if message.producer_group is not None:
+        return f"of producer group {message.producer_group!r}"
+    return f"without a producer group in topic {message.topic!r}"
 
 
 def _recall_handle(message: NewMessage, offset: int, message_id: str) -> str | None:

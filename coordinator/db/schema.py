@@ -61,7 +61,9 @@ messages = Table(
     "messages",
     metadata,
     Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column("message_id", Text, nullable=False, unique=True),
+    # Unique within its producer group, or within its topic for a message
+    # sent without one (the two indexes below), never across groups.
+    Column("message_id", Text, nullable=False),
     Column("transaction_id", Text, nullable=True, unique=True),
     Column("kind", Text, nullable=False),
     Column("producer_group", Text, nullable=True),
@@ -106,6 +108,21 @@ messages = Table(
     ),
     Index("ix_messages_topic_state", "topic", "state"),
     Index("ix_messages_resolved_at", "resolved_at"),
+    # Led by message_id: a lookup by id alone reads them too.
+    Index(
+        "uq_messages_message_id_producer_group",
+        "message_id",
+        "producer_group",
+        unique=True,
+        postgresql_where=text("producer_group IS NOT NULL"),
+    ),
+    Index(
+        "uq_messages_message_id_topic",
+        "message_id",
+        "topic",
+        unique=True,
+        postgresql_where=text("producer_group IS NULL"),
+    ),
     # The report's hours of birth, by range (messages arrive in birth order).
     Index("ix_messages_born_at", "born_at", postgresql_using="brin"),
 )

@@ -132,9 +132,12 @@ class Principal:
         if not (self.grants.admin or _matches(self.grants.consume_topics, topic)):
             raise self._deny(f"consume topic {topic!r}")
 
-    def require_read_message(self, producer_group: str | None) -> None:
+    def may_read_message(self, producer_group: str | None) -> bool:
         """Reading a stored message (its body): its own producer group, or an admin."""
         if self.grants.admin:
-            return
-        if producer_group is None or not _matches(self.grants.producer_groups, producer_group):
+            return True
+        return producer_group is not None and _matches(self.grants.producer_groups, producer_group)
+
+    def require_read_message(self, producer_group: str | None) -> None:
+        if not self.may_read_message(producer_group):
             raise self._deny("read this message (it belongs to another producer group)")

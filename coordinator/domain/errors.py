@@ -30,6 +30,12 @@ class InvalidFilterExpression(InvalidMessage):
         self.position = position
 
 
+class AmbiguousMessageId(InvalidMessage):
+    """A lookup by message id alone matched messages of several producer groups or topics."""
+
+    code = "ambiguous_message_id"
+
+
 class NotFound(CoordinatorError):
     code = "not_found"
 

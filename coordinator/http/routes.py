@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from coordinator.core import Coordinator
 from coordinator.core.transactions import recall_topic
 from coordinator.domain.access import Principal
-from coordinator.domain.messages import EndRequest, MessageRecord
+from coordinator.domain.messages import EndRequest
 from coordinator.domain.rules import ID_MAX_LENGTH, OFFSET_MAX
-from coordinator.http.fields import MessageId
+from coordinator.http.fields import GroupName, MessageId, Topic
 from coordinator.http.openapi import DocumentedRoute, described, example
 from coordinator.http.schemas import (
     BatchIn,
@@ -54,7 +54,10 @@ REJECTED = {
     "`transactional_messages_rejected`: the server has reject_transactional_messages on",
 }
 ID_REUSED = {409: "`message_id_conflict`: the message id was used for a different message"}
-NO_MESSAGE = {404: "`not_found`: no message has this id or offset"}
+NO_MESSAGE = {
+    404: "`not_found`: no message has this id or offset, or none the token may read "
+    "(the same answer: a token learns nothing of other producer groups' messages)"
+}
 
 router = APIRouter(route_class=DocumentedRoute)
 
@@ -226,7 +229,8 @@ async def get_by_transaction(
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> MessageOut:
-    return _readable(caller, await core.inspection.get_message(transaction_id=transaction_id))
+    record = await core.inspection.get_message(transaction_id=transaction_id, reader=caller)
+    return MessageOut.of(record)
 
 
 @router.post(
@@ -300,17 +304,31 @@ async def recall(
 @router.get(
     "/v1/messages/{message_id}",
     response_model=MessageOut,
-    responses=described(NO_MESSAGE),
+    responses=described(
+        {
+            **NO_MESSAGE,
+            400: "`ambiguous_message_id`: messages of several producer groups (or topics) "
+            "the token may read use this id; give `producer_group` (or `topic`)",
+        }
+    ),
     tags=["lookup"],
+    description="A message id is unique within its producer group (a message sent without "
+    "one: within its topic). `producer_group` or `topic` picks one when the token may read "
+    "several messages with the id.",
 )
 async def get_by_message_id(
     message_id: Annotated[
         MessageId, Path(max_length=ID_MAX_LENGTH, openapi_examples=example("order-1001"))
     ],
+    producer_group: Annotated[GroupName | None, Query()] = None,
+    topic: Annotated[Topic | None, Query()] = None,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> MessageOut:
-    return _readable(caller, await core.inspection.get_message(message_id=message_id))
+    record = await core.inspection.get_message(
+        message_id=message_id, producer_group=producer_group, topic=topic, reader=caller
+    )
+    return MessageOut.of(record)
 
 
 @router.get(
@@ -324,14 +342,9 @@ async def get_by_offset(
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> MessageOut:
-    return _readable(caller, await core.inspection.get_message(offset=offset))
-
-
-def _readable(caller: Principal, record: MessageRecord) -> MessageOut:
-    """The message, for its own producer group's tokens and admins only (its body
-    is the producer's data)."""
-    caller.require_read_message(record.producer_group)
-    return MessageOut.of(record)
+    # For its own producer group's tokens and admins only (its body is the
+    # producer's data); any other token is told it does not exist.
+    return MessageOut.of(await core.inspection.get_message(offset=offset, reader=caller))
 
 
 def _require_produce_all(caller: Principal, body: BatchIn) -> None:

@@ -67,6 +67,28 @@ def test_tx_show_of_an_unknown_id_exits_3_with_a_sentence(database_url: str) -> 
     )
 
 
+def test_tx_show_and_commit_of_an_id_two_groups_use_need_the_producer_group(
+    database_url: str,
+) -> None:
+    async def seed() -> tuple[SendResult, SendResult]:
+        async with Coordinator.connect(database_url) as core:
+            a = await core.transactions.prepare(half(producer_group="group-a", message_id="ID-1"))
+            b = await core.transactions.prepare(half(producer_group="group-b", message_id="ID-1"))
+            return a, b
+
+    a, b = asyncio.run(seed())
+    for command in ("show", "commit"):
+        ambiguous = invoke(database_url, "tx", command, "ID-1")
+        assert ambiguous.exit_code == 4, ambiguous.output
+        assert "ambiguous" in ambiguous.output and "'group-a'" in ambiguous.output
+        assert "--producer-group" in ambiguous.output
+    shown = invoke(database_url, "tx", "show", "ID-1", "--producer-group", "group-b", "--json")
+    assert shown.exit_code == 0, shown.output
+    assert f'"offset": {b.offset}' in shown.output
+    done = invoke(database_url, "tx", "commit", "ID-1", "--producer-group", "group-a")
+    assert done.exit_code == 0 and f"offset {a.offset}" in done.output, done.output
+
+
 def test_db_commands_migrate_down_and_up(database_url: str) -> None:
     heads = ", ".join(migrate.head_revisions())
     current = invoke(database_url, "db", "current")

@@ -44,7 +44,12 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.domain.checkback import ClaimAction, OperatorResult
 from coordinator.domain.delivery import AckOutcome, ConsumerLag
-from coordinator.domain.errors import CoordinatorError, NotFound, ReceiptHandleStale
+from coordinator.domain.errors import (
+    AmbiguousMessageId,
+    CoordinatorError,
+    NotFound,
+    ReceiptHandleStale,
+)
 from coordinator.domain.messages import EndRequest, EndResult, NewMessage, SendResult, Status
 from coordinator.domain.rules import delivery_id_of
 from coordinator.domain.states import MessageKind, MessageState, Resolution, Source
@@ -597,7 +602,19 @@ class CoreMachine(RuleBasedStateMachine):
             "message_id": message.message_id,
             "transaction_id": message.transaction_id,
         }
-        record = self.run(self.core.inspection.get_message(**{by: key[by]}))
+        lookup: dict[str, object] = {by: key[by]}
+        if by == "message_id":
+            # An id is unique in its producer group (without one: its topic);
+            # used in several, it is ambiguous until narrowed to one.
+            sharing = [k for k in self.model.messages if k[0] == message.message_id]
+            if len(sharing) > 1:
+                with pytest.raises(AmbiguousMessageId):
+                    self.run(self.core.inspection.get_message(message_id=message.message_id))
+            if message.producer_group is not None:
+                lookup["producer_group"] = message.producer_group
+            else:
+                lookup["topic"] = message.topic
+        record = self.run(self.core.inspection.get_message(**lookup))  # type: ignore[arg-type]
         assert (record.offset, record.state, record.check_count, record.resolution_source) == (
             message.offset,
             message.state,
@@ -966,7 +983,7 @@ def _producer_comes_back_and_answers(m: CoreMachine, step: Step) -> None:
     step(m.receive, group="cg-all", max_messages=3, then="ack", rounds=1)
     step(m.requeue_dead_letters, group="cg-tag")
     step(m.receive, group="cg-tag", max_messages=3, then="ack", rounds=1)
-    message = m.model.messages["m-0"]
+    message = m.model.the_message("m-0")
     assert message.history[1:] == [(Source.CHECK, PREPARED, COMMITTED)]
     assert {(message.offset, "cg-all"), (message.offset, "cg-tag")} <= m.model.acked
     assert not m.model.dead_letters and not m.model.deliveries
@@ -992,14 +1009,14 @@ def _discard_recheck_and_retention(m: CoreMachine, step: Step) -> None:
     step(m.receive, group="cg-tag", max_messages=3, then="ack", rounds=1)  # nothing to get
     step(m.pass_retention, pick=0)  # m-3, discarded
     step(m.operator_on_discarded, pick=0, action="recheck")  # refused: past retention
-    states = {i: m.model.messages[i].state for i in ("m-1", "m-2", "m-3")}
+    states = {i: m.model.the_message(i).state for i in ("m-1", "m-2", "m-3")}
     assert states == {"m-1": MessageState.EXPIRED, "m-2": COMMITTED, "m-3": discarded}
-    assert m.model.messages["m-2"].history[-2:] == [
+    assert m.model.the_message("m-2").history[-2:] == [
         (Source.DISCARD, PREPARED, discarded),
         (Source.OPERATOR, discarded, COMMITTED),
     ]
-    assert (Source.OPERATOR, discarded, PREPARED) in m.model.messages["m-1"].history
-    assert m.model.messages["m-8"].state is MessageState.ROLLED_BACK
+    assert (Source.OPERATOR, discarded, PREPARED) in m.model.the_message("m-1").history
+    assert m.model.the_message("m-8").state is MessageState.ROLLED_BACK
 
 
 def _receipts_go_stale(m: CoreMachine, step: Step) -> None:
@@ -1015,7 +1032,7 @@ def _receipts_go_stale(m: CoreMachine, step: Step) -> None:
     step(m.use_handle, pick=1, action="nack", which="other_group")  # not found
     step(m.ack_batch, picks=[0, 2, 2], group="cg-all")  # stale, acked, acked
     step(m.use_handle, pick=2, action="ack", which="any")  # not found: acked
-    offset = m.model.messages["m-4"].offset
+    offset = m.model.the_message("m-4").offset
     assert len(m.model.handles) == 3 and (offset, "cg-all") in m.model.acked
 
 
@@ -1035,7 +1052,7 @@ def _unsubscribe_and_come_back(m: CoreMachine, step: Step) -> None:
     step(m.change_subscription, subscription=tag_t1, subscribe=True)  # the same: no change
     step(m.requeue_dead_letters, group="cg-tag")  # m-5 again
     step(m.receive, group="cg-tag", max_messages=3, then="ack", rounds=1)  # m-5 only
-    m5, m6, m7 = (m.model.messages[i].offset for i in ("m-5", "m-6", "m-7"))
+    m5, m6, m7 = (m.model.the_message(i).offset for i in ("m-5", "m-6", "m-7"))
     assert (m5, "cg-tag") in m.model.acked and not m.model.dead_letters
     assert not {(m6, "cg-tag"), (m7, "cg-tag")} & (m.model.acked | m.model.deliveries.keys())
 

@@ -7,8 +7,11 @@
 
 -- name: insert_messages
 -- Stores a batch of messages (half or normal) in one statement. A message id
--- that is already stored is skipped here (idempotent retry); the caller reads
--- those back with find_messages_by_message_id.
+-- that is already stored in the message's producer group (or, without a
+-- group, its topic) is skipped here (idempotent retry); the caller reads
+-- those back with find_messages_by_message_id. No conflict target: the two
+-- partial unique indexes on message_id are both arbiters (the other unique
+-- columns are minted by the coordinator and never collide).
 WITH incoming AS (
     SELECT *
     FROM unnest(
@@ -48,22 +51,37 @@ inserted AS (
         deliver_at, trace_context
     FROM incoming
     ORDER BY position
-    ON CONFLICT (message_id) DO NOTHING
-    RETURNING id, message_id, transaction_id, state
+    ON CONFLICT DO NOTHING
+    RETURNING id, message_id, transaction_id, state, producer_group, topic
 ),
 recorded AS (
     INSERT INTO message_history (message_offset, source, from_state, to_state)
     SELECT id, 'client', NULL, state FROM inserted
 )
-SELECT id, message_id, transaction_id, state FROM inserted;
+SELECT id, message_id, transaction_id, state, producer_group, topic FROM inserted;
 
 -- name: find_messages_by_message_id
 -- The stored messages behind an idempotent retry, with what it takes to tell
--- a true retry from a reuse of the id for a different message.
-SELECT id, message_id, transaction_id, state, kind, producer_group, topic,
-       sha256(body) AS body_sha256
-FROM messages
-WHERE message_id = ANY(%(message_ids)s::text[]);
+-- a true retry from a reuse of the id for a different message: each id looked
+-- up where it is unique, in its producer group or (without one) its topic.
+-- Two halves, each stating the predicate of the partial index it reads.
+WITH wanted AS (
+    SELECT *
+    FROM unnest(
+        %(message_ids)s::text[], %(producer_groups)s::text[], %(topics)s::text[]
+    ) AS w (message_id, producer_group, topic)
+)
+SELECT m.id, m.message_id, m.transaction_id, m.state, m.kind, m.producer_group, m.topic,
+       sha256(m.body) AS body_sha256
+FROM wanted AS w
+JOIN messages AS m ON m.message_id = w.message_id AND m.producer_group = w.producer_group
+WHERE m.producer_group IS NOT NULL
+UNION ALL
+SELECT m.id, m.message_id, m.transaction_id, m.state, m.kind, m.producer_group, m.topic,
+       sha256(m.body) AS body_sha256
+FROM wanted AS w
+JOIN messages AS m ON m.message_id = w.message_id AND m.topic = w.topic
+WHERE w.producer_group IS NULL AND m.producer_group IS NULL;
 
 -- name: get_transaction
 -- The fields an UNKNOWN answer is validated against.
@@ -74,8 +92,27 @@ WHERE transaction_id = %(transaction_id)s::text;
 -- name: get_message_by_offset
 SELECT * FROM messages WHERE id = %(offset)s::bigint;
 
--- name: get_message_by_message_id
-SELECT * FROM messages WHERE message_id = %(message_id)s::text;
+-- name: find_message_id_owners
+-- Where a message id is used: each message with it, in offset order,
+-- optionally in one producer group or topic only (three narrow columns: one
+-- row per group or topic that used the id). The caller keeps those it may
+-- see, then reads the one it wants by offset. Two halves, each stating the
+-- predicate of the partial index it reads.
+SELECT id, producer_group, topic
+FROM (
+    SELECT id, producer_group, topic
+    FROM messages
+    WHERE message_id = %(message_id)s::text
+      AND producer_group IS NOT NULL
+    UNION ALL
+    SELECT id, producer_group, topic
+    FROM messages
+    WHERE message_id = %(message_id)s::text
+      AND producer_group IS NULL
+) AS used
+WHERE (%(producer_group)s::text IS NULL OR producer_group = %(producer_group)s::text)
+  AND (%(topic)s::text IS NULL OR topic = %(topic)s::text)
+ORDER BY id;
 
 -- name: get_message_by_transaction_id
 SELECT * FROM messages WHERE transaction_id = %(transaction_id)s::text;
