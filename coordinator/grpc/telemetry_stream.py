@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from coordinator.domain.access import Principal
+from coordinator.domain.access import ANONYMOUS, Principal
 from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.delivery import FilterType
 from coordinator.domain.errors import (
@@ -28,6 +28,7 @@ from coordinator.domain.rules import check_instance, check_topic
 from coordinator.grpc import convert
 from coordinator.grpc.calls import Caller, DoorPart
 from coordinator.grpc.consumer_settings import fill_consumer_answer
+from coordinator.grpc.credentials import HOW_TO_SEND
 from coordinator.grpc.status import DoorError, Unreadable, error_status, status
 from coordinator.grpc.stubs import Stubs
 
@@ -102,9 +103,7 @@ class TelemetryStream:
         principal = self.door.authenticator.current(self.principal)
         try:
             if principal is None:
-                raise Unauthenticated(
-                    f"the token {self.principal.name!r} of this stream was revoked"
-                )
+                raise Unauthenticated(self._revoked())
             for group in self.groups:
                 principal.require_producer_group(group)
             for group, topic in self.subscribed:
@@ -151,6 +150,11 @@ class TelemetryStream:
                 "only producers, simple consumers and push consumers are supported by this "
                 "coordinator",
             )
+
+    def _revoked(self) -> str:
+        if self.principal.name == ANONYMOUS:  # a token was created: none is open any more
+            return "this coordinator needs a token now: reconnect with one" + HOW_TO_SEND
+        return f"the token {self.principal.name!r} of this stream was revoked"
 
     def _bounded(self, topics: int) -> None:
         most = self.door.settings.max_topics_per_stream

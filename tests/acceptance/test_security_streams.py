@@ -16,6 +16,7 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -32,6 +33,7 @@ from tests.checkback_helpers import check_settings
 from tests.conftest import LiveServer
 from tests.grpc_door import (
     OK,
+    GrpcDoor,
     code,
     consumer_settings,
     message,
@@ -40,6 +42,8 @@ from tests.grpc_door import (
     receive_request,
     resource,
 )
+from tests.grpc_door import message as grpc_message
+from tests.rocketmq_python_client import producer_process
 
 TOPIC = "orders"  # a topic is its own producer group on the gRPC door
 GROUP = "billing"
@@ -63,6 +67,7 @@ class Served:
 
     def __init__(self, server: LiveServer, port: int, tokens: dict[str, str]) -> None:
         self.server = server
+        self.port = port
         self.endpoint = f"127.0.0.1:{port}"
         self.tokens = tokens
 
@@ -214,10 +219,10 @@ def test_a_revoked_tokens_stream_ends_and_gets_no_more_check_backs(
             # Reconnecting with the revoked token is refused too.
             again = door.stream("producer", "victim@1")
             try:
-                await again.call.write(producer_settings(TOPIC))
-                assert (await again.next()).status.code == code("UNAUTHORIZED")
+                (refusal,) = await again.until_ended()
             finally:
                 again.close()
+            assert refusal.status.code == code("UNAUTHORIZED")
 
     asyncio.run(attack())
 
@@ -316,10 +321,13 @@ def test_streams_and_long_polls_of_a_token_share_max_long_polls_per_token(
 
     async def attack() -> None:
         async with Door(served) as door:
-            streams = [door.stream("consumer", f"consumer@{n}") for n in range(3)]
+            streams: list[Stream] = []
             try:
-                for stream in streams[:2]:
-                    assert (await stream.settings(consumer_settings(GROUP, TOPIC))).code == OK
+                for n in range(3):  # one after the other: the third is the one over
+                    streams.append(door.stream("consumer", f"consumer@{n}"))
+                    if n < 2:
+                        answer = await streams[n].settings(consumer_settings(GROUP, TOPIC))
+                        assert answer.code == OK
                 (refusal,) = await streams[2].until_ended()
                 assert refusal.status.code == code("TOO_MANY_REQUESTS")
                 assert "'billing-svc' holds 2 long polls already" in refusal.status.message
@@ -403,3 +411,38 @@ def test_metric_series_by_group_are_bounded(serve: Callable[..., Served]) -> Non
     lag = re.findall(r"^coordinator_consumer_lag\{(.*)\} ", scraped.text, re.MULTILINE)
     assert len(lag) == 3, lag
     assert 'consumer_group="_other",topic="_other"' in lag
+
+
+@pytest.mark.slow
+def test_the_official_producer_gets_no_check_back_once_its_token_is_revoked(
+    serve: Callable[..., Served], database_url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    served = serve()
+    token = served.tokens["producer"]
+    with producer_process(
+        tmp_path, "producer", served.endpoint, [TOPIC], "unknown", token=token
+    ) as producer:
+        sent = producer.call("send", topic=TOPIC, body="before", transaction="open")
+        producer.wait_for(
+            lambda r: r.get("event") == "check" and r["message_id"] == sent["message_id"],
+            SECONDS,
+            "a check-back before the revocation",
+        )
+        asyncio.run(revoke(database_url, "orders-svc"))
+        asyncio.run(eventually(lambda: producers(db) == [], "the revoked producer left"))
+
+        admin = GrpcDoor(served.server, served.port, served.tokens["admin"])
+        try:
+            after = admin.send(grpc_message(TOPIC, b"after", kind=d.TRANSACTION)).entries[0]
+        finally:
+            admin.channel.close()
+        assert after.status.code == OK
+        # Due after transaction_timeout_seconds (0.3 s), then a round every 0.1 s: with no
+        # producer left it waits, unchecked.
+        time.sleep(2)
+        row = db.execute(
+            "SELECT check_count FROM messages WHERE message_id = %s", (after.message_id,)
+        ).fetchone()
+        assert row == (0,)
+        checked = {record["message_id"] for record in producer.events("check")}
+        assert after.message_id not in checked
