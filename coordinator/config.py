@@ -257,7 +257,27 @@ class Settings(BaseSettings):
         description="Longest wait of a long poll (receive, check requests); at most 60.",
     )
     max_long_polls_per_token: int = Field(
-        default=64, ge=1, description="Long polls one token may hold open at once (HTTP 429)."
+        default=64,
+        ge=1,
+        description="Long polls one token may hold open at once, over HTTP and gRPC together; "
+        "an open gRPC Telemetry stream holds one (HTTP 429, TOO_MANY_REQUESTS).",
+    )
+    max_topics_per_stream: int = Field(
+        default=64,
+        ge=1,
+        description="Topics one gRPC Telemetry stream may announce: a producer's topics, or a "
+        "consumer's subscriptions (BAD_REQUEST).",
+    )
+    max_subscriptions_per_group: int = Field(
+        default=100,
+        ge=1,
+        description="Topics one consumer group may subscribe to (HTTP 400, BAD_REQUEST).",
+    )
+    max_metric_label_values: int = Field(
+        default=1000,
+        ge=1,
+        description="Series per /metrics metric labelled by group (and topic); the rest are "
+        "summed into one series labelled `_other`.",
     )
     rate_limit_per_second: float = Field(
         # Above what one process serves on small machines: the limit stops a

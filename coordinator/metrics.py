@@ -5,13 +5,19 @@ Gauges of database state (pending half messages and the age of the oldest,
 live producers, consumer lag, in flight, dead letters) are read from
 PostgreSQL at scrape time (the overview, core/overview.py), so every node
 reports the same cluster-wide figure (take the max, not the sum).
+
+Group and topic names come from clients, so the series they label are
+bounded: at most max_metric_label_values per metric, the largest on their
+own and the rest summed into one series labelled `_other` (its ages the
+oldest of them), so a client making groups by the thousand cannot make a
+scrape, or Prometheus, grow with it.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from prometheus_client import (
     REGISTRY,
@@ -24,7 +30,7 @@ from prometheus_client import (
 
 from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import EndRequest, EndResult
-from coordinator.domain.overview import COUNT_LIMIT, Overview
+from coordinator.domain.overview import COUNT_LIMIT, ConsumerFigures, Overview, PendingGroup
 from coordinator.domain.states import DispatchMode, MessageState, Resolution, Source
 
 HALF_MESSAGES_OUTSTANDING = Gauge(
@@ -168,6 +174,24 @@ for _resolution in Resolution:
     CHECK_BACKS_ANSWERED.labels(resolution=_resolution.value)
 
 
+# Series by group (and topic) per metric: see the module's docstring.
+OTHER = "_other"
+DEFAULT_MAX_LABEL_VALUES = 1000  # max_metric_label_values' default
+_redelivery_groups: set[str] = set()
+
+Row = TypeVar("Row")
+
+
+def _bounded(
+    rows: Sequence[Row], weight: Callable[[Row], float], most: int
+) -> tuple[list[Row], list[Row]]:
+    """The rows shown on their own (the heaviest) and those folded into `_other`."""
+    if len(rows) <= most:
+        return list(rows), []
+    ranked = sorted(rows, key=weight, reverse=True)
+    return ranked[: most - 1], ranked[most - 1 :]
+
+
 _resolved_children: dict[tuple[MessageState, Source], Any] = {}
 
 
@@ -209,8 +233,9 @@ def count_ends(
             count_check_back_answer(request.resolution)
 
 
-def set_database_gauges(overview: Overview) -> None:
-    """The gauges of database state, from the overview read at scrape time."""
+def set_database_gauges(overview: Overview, most: int = DEFAULT_MAX_LABEL_VALUES) -> None:
+    """The gauges of database state, from the overview read at scrape time, with at most
+    `most` series per gauge."""
     # Rebuilt on every scrape so groups and topics with nothing left vanish.
     for gauge in (
         HALF_MESSAGES_OUTSTANDING,
@@ -221,21 +246,49 @@ def set_database_gauges(overview: Overview) -> None:
         DEAD_LETTERS,
     ):
         gauge.clear()
-    for pending in overview.pending_groups:
+    _set_pending(overview.pending_groups, most)
+    shown, folded = _bounded(overview.producers, lambda producers: producers.registered, most)
+    counts = [(p.producer_group, p.live, p.registered) for p in shown]
+    if folded:
+        live = sum(p.live for p in folded)
+        counts.append((OTHER, live, sum(p.registered for p in folded)))
+    for group, live, registered in counts:
+        PRODUCER_INSTANCES.labels(producer_group=group, live="true").set(live)
+        PRODUCER_INSTANCES.labels(producer_group=group, live="false").set(registered - live)
+    _set_consumers(overview.consumers, most)
+
+
+def _set_pending(groups: Sequence[PendingGroup], most: int) -> None:
+    shown, folded = _bounded(groups, lambda pending: pending.pending, most)
+    for pending in shown:
         labels = {"producer_group": pending.producer_group, "topic": pending.topic}
         HALF_MESSAGES_OUTSTANDING.labels(**labels).set(pending.pending)
         HALF_MESSAGES_OLDEST_AGE.labels(**labels).set(pending.oldest_age.total_seconds())
-    for producers in overview.producers:
-        group = producers.producer_group
-        PRODUCER_INSTANCES.labels(producer_group=group, live="true").set(producers.live)
-        PRODUCER_INSTANCES.labels(producer_group=group, live="false").set(
-            producers.registered - producers.live
+    if folded:
+        other = {"producer_group": OTHER, "topic": OTHER}
+        HALF_MESSAGES_OUTSTANDING.labels(**other).set(sum(p.pending for p in folded))
+        oldest = max(p.oldest_age for p in folded)
+        HALF_MESSAGES_OLDEST_AGE.labels(**other).set(oldest.total_seconds())
+
+
+def _set_consumers(consumers: Sequence[ConsumerFigures], most: int) -> None:
+    shown, folded = _bounded(consumers, lambda consumer: consumer.lag, most)
+    figures = [(c.consumer_group, c.topic, c.lag, c.in_flight, c.dead_letters) for c in shown]
+    if folded:
+        figures.append(
+            (
+                OTHER,
+                OTHER,
+                sum(c.lag for c in folded),
+                sum(c.in_flight for c in folded),
+                sum(c.dead_letters for c in folded),
+            )
         )
-    for consumer in overview.consumers:
-        labels = {"consumer_group": consumer.consumer_group, "topic": consumer.topic}
-        CONSUMER_LAG.labels(**labels).set(consumer.lag)
-        CONSUMER_IN_FLIGHT.labels(**labels).set(consumer.in_flight)
-        DEAD_LETTERS.labels(**labels).set(consumer.dead_letters)
+    for group, topic, lag, in_flight, dead_letters in figures:
+        labels = {"consumer_group": group, "topic": topic}
+        CONSUMER_LAG.labels(**labels).set(lag)
+        CONSUMER_IN_FLIGHT.labels(**labels).set(in_flight)
+        DEAD_LETTERS.labels(**labels).set(dead_letters)
 
 
 _latency_children: dict[tuple[MessageState, Source], Histogram] = {}
@@ -255,8 +308,17 @@ def count_check_back_answer(resolution: Resolution) -> None:
     CHECK_BACKS_ANSWERED.labels(resolution=resolution.value).inc()
 
 
-def count_redeliveries(consumer_group: str, amount: int) -> None:
+def count_redeliveries(
+    consumer_group: str, amount: int, most: int = DEFAULT_MAX_LABEL_VALUES
+) -> None:
     if amount:
+        # A counter cannot be rebuilt per scrape: the first groups keep their
+        # own series, later ones count under `_other`.
+        if consumer_group not in _redelivery_groups:
+            if len(_redelivery_groups) >= most - 1:
+                consumer_group = OTHER
+            else:
+                _redelivery_groups.add(consumer_group)
         REDELIVERIES.labels(consumer_group=consumer_group).inc(amount)
 
 

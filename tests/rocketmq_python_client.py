@@ -109,12 +109,19 @@ def _new_message(topic: str, command: dict[str, Any]) -> Any:
     return message
 
 
+TOKEN_VARIABLE = "ROCKETMQ_TEST_TOKEN"
+
+
 def _configuration(endpoint: str) -> Any:
+    import os
+
     from rocketmq import ClientConfiguration, Credentials
 
-    # No credentials: the client then still sends an authorization header with
-    # an empty Credential, which a coordinator without tokens accepts.
-    return ClientConfiguration(endpoint, Credentials())
+    # Without a token no credentials: the client then still sends an
+    # authorization header with an empty Credential, which a coordinator
+    # without tokens accepts. A token is both keys (docs/security.md).
+    token = os.environ.get(TOKEN_VARIABLE)
+    return ClientConfiguration(endpoint, Credentials(token, token) if token else Credentials())
 
 
 def _settings_acknowledged(client: Any, seconds: float) -> bool:
@@ -461,11 +468,15 @@ class ClientProcess:
 
 
 @contextmanager
-def client_process(workdir: Path, name: str, *arguments: str) -> Iterator[ClientProcess]:
+def client_process(
+    workdir: Path, name: str, *arguments: str, token: str | None = None
+) -> Iterator[ClientProcess]:
     """`python -m tests.rocketmq_python_client ARGUMENTS`, started, stopped when the block ends.
 
     Its HOME is a directory of its own under `workdir`: the client's log is there.
+    With `token`, the client's access key and secret key are that token.
     """
+    variables = {TOKEN_VARIABLE: token} if token else {}
     home = workdir / f"home-{name}"
     home.mkdir(parents=True, exist_ok=True)
     stderr = workdir / f"{name}.stderr"
@@ -473,7 +484,7 @@ def client_process(workdir: Path, name: str, *arguments: str) -> Iterator[Client
         process = subprocess.Popen(
             [sys.executable, "-m", "tests.rocketmq_python_client", *arguments],
             cwd=REPO,
-            env=clean_environment({"HOME": str(home), "PYTHONUNBUFFERED": "1"}),
+            env=clean_environment({"HOME": str(home), "PYTHONUNBUFFERED": "1", **variables}),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errors,
@@ -492,7 +503,12 @@ def client_process(workdir: Path, name: str, *arguments: str) -> Iterator[Client
 
 
 def producer_process(
-    workdir: Path, name: str, endpoint: str, topics: list[str], checker: str
+    workdir: Path,
+    name: str,
+    endpoint: str,
+    topics: list[str],
+    checker: str,
+    token: str | None = None,
 ) -> AbstractContextManager[ClientProcess]:
     """A transactional producer of `topics` whose checker answers `checker` (see main)."""
     topic_arguments = [argument for topic in topics for argument in ("--topic", topic)]
@@ -505,6 +521,7 @@ def producer_process(
         *topic_arguments,
         "--checker",
         checker,
+        token=token,
     )
 
 

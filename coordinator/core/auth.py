@@ -13,8 +13,14 @@ opens a public port.
 
 Limits per token: a token bucket of rate_limit_per_second and
 rate_limit_burst (RateLimited, HTTP 429), and at most
-max_long_polls_per_token long polls at once. With authentication off they
-do not apply (the server listens on loopback, or was started --insecure).
+max_long_polls_per_token long polls at once, one counter for every door
+(an HTTP or gRPC long poll, and each open gRPC Telemetry stream, holds
+one). With authentication off they do not apply (the server listens on
+loopback, or was started --insecure).
+
+What lasts beyond one request (a gRPC Telemetry stream) asks `current` for
+its principal again after every reread (`on_refresh`), so a revoked token
+loses its streams within token_refresh_seconds, at once when notified.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 from coordinator.core.configs import AuthConfig, LimitsConfig
@@ -103,8 +109,10 @@ class Authenticator:
         self._config = config
         self.open_allowed = config.open_allowed
         self._principals: dict[str, Principal] = {}
+        self._by_name: dict[str, Principal] = {}
         self.limits = Limits(config.limits)
         self._task: asyncio.Task[None] | None = None
+        self._listeners: list[Callable[[], None]] = []
 
     @property
     def enabled(self) -> bool:
@@ -117,6 +125,27 @@ class Authenticator:
         self._principals = {
             row["secret_sha256"]: Principal(row["name"], grants_of(row)) for row in rows
         }
+        self._by_name = {principal.name: principal for principal in self._principals.values()}
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # one listener's failure must not stop the rereads
+                log.exception("a token listener failed")
+
+    def on_refresh(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener` after every reread of the tokens; returns its removal."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def current(self, principal: Principal) -> Principal | None:
+        """`principal` as the tokens now stand: None once its token is revoked (or, for
+        the anonymous principal, once authentication is on).
+
+        A token's name is never reused, revoked or not, so the name finds it.
+        """
+        if principal is _ANONYMOUS:
+            return None if self.enabled else principal
+        return self._by_name.get(principal.name)
 
     def authenticate(self, authorization: str | None) -> Principal:
         """The principal of an `Authorization: Bearer <token>` header value."""

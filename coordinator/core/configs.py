@@ -36,6 +36,8 @@ class TransactionsConfig:
 @dataclass(frozen=True, slots=True)
 class DeliveryConfig:
     max_long_poll_seconds: float
+    max_subscriptions_per_group: int = 100
+    max_metric_label_values: int = 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,7 @@ class Session:
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
         caller = caller_of(context, self.authenticator)
         if caller.client_id is not None:
-            await self.telemetry.client_left(caller.client_id)
+            await self.telemetry.client_left(caller.client_id, caller.principal)
         return self.stubs.service.NotifyClientTerminationResponse(status=status(self.stubs))
 
     async def Telemetry(self, request_iterator: AsyncIterator[Any], context: Any) -> None:

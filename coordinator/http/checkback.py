@@ -153,5 +153,7 @@ async def prometheus_metrics(
         authenticator.authenticate(request.headers.get("authorization")).require_metrics()
     await core.checkback.refresh_gauges()
     # The database's gauges: the overview without its resolutions per minute.
-    set_database_gauges(await core.overview.read(minutes=0))
+    set_database_gauges(
+        await core.overview.read(minutes=0), request.app.state.settings.max_metric_label_values
+    )
     return Response(content=exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -142,7 +142,9 @@ class Receiving:
         if len(received) < len(rows):
             _log_dead_lettered(rows)
         metrics.count_redeliveries(
-            params["consumer_group"], sum(1 for m in received if m.delivery_attempt > 1)
+            params["consumer_group"],
+            sum(1 for m in received if m.delivery_attempt > 1),
+            self._config.max_metric_label_values,
         )
         return received, len(rows) - len(received)
 

@@ -13,7 +13,7 @@ class Delivery:
     """Subscriptions, receive, ack, invisible durations, dead letters and lag."""
 
     def __init__(self, context: CoreContext, config: DeliveryConfig) -> None:
-        subscriptions = Subscriptions(context)
+        subscriptions = Subscriptions(context, config)
         self._receiving = receiving = Receiving(context, config)
         dead_letters = DeadLetters(context)
         # The parts' methods, under the names callers know.

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from coordinator.core.configs import DeliveryConfig
 from coordinator.core.context import CoreContext
 from coordinator.db.queries import fetch_all, fetch_one
 from coordinator.domain.delivery import ConsumerLag, FilterType, SubscribeResult, Subscription
-from coordinator.domain.errors import NotFound
+from coordinator.domain.errors import InvalidMessage, NotFound
 from coordinator.domain.records import record_from_row
 from coordinator.domain.rules import (
     DEFAULT_MAX_DELIVERY_ATTEMPTS,
@@ -28,8 +29,9 @@ from coordinator.domain.rules import (
 
 
 class Subscriptions:
-    def __init__(self, context: CoreContext) -> None:
+    def __init__(self, context: CoreContext, config: DeliveryConfig) -> None:
         self._context = context
+        self._most = config.max_subscriptions_per_group
 
     async def subscribe(
         self,
@@ -63,9 +65,14 @@ class Subscriptions:
                     "filter": json.dumps(tree) if tree is not None else None,
                     "fifo": fifo,
                     "max_delivery_attempts": max_delivery_attempts,
+                    "max_subscriptions": self._most,
                 },
             )
-        assert row is not None
+        if row is None:
+            raise InvalidMessage(
+                f"consumer group {consumer_group!r} subscribes to {self._most} topics already "
+                "(max_subscriptions_per_group): unsubscribe one first"
+            )
         return SubscribeResult(subscription=_subscription(row), created=row["created"])
 
     async def ensure_subscribed(

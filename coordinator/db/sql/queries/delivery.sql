@@ -4,14 +4,23 @@
 
 -- name: upsert_subscription
 -- xmax = 0 only for a freshly inserted row: tells "created" from "changed".
+-- A group takes a new topic only while it has fewer than max_subscriptions
+-- (max_subscriptions_per_group): no row back means it is full. Concurrent
+-- first subscriptions of one group may pass the count together, so the bound
+-- can be passed by as many as subscribe at the same instant, never more.
 INSERT INTO subscriptions (
     consumer_group, topic, expression, tags, filter_type, filter, fifo, max_delivery_attempts
 )
-VALUES (
-    %(consumer_group)s::text, %(topic)s::text, %(expression)s::text, %(tags)s::text[],
-    %(filter_type)s::text, %(filter)s::jsonb, %(fifo)s::boolean,
-    %(max_delivery_attempts)s::integer
-)
+SELECT %(consumer_group)s::text, %(topic)s::text, %(expression)s::text, %(tags)s::text[],
+       %(filter_type)s::text, %(filter)s::jsonb, %(fifo)s::boolean,
+       %(max_delivery_attempts)s::integer
+WHERE EXISTS (
+          SELECT FROM subscriptions
+          WHERE consumer_group = %(consumer_group)s::text AND topic = %(topic)s::text
+      )
+   OR (
+          SELECT count(*) FROM subscriptions WHERE consumer_group = %(consumer_group)s::text
+      ) < %(max_subscriptions)s::integer
 ON CONFLICT (consumer_group, topic) DO UPDATE
 SET expression = EXCLUDED.expression,
     tags = EXCLUDED.tags,
