@@ -340,6 +340,9 @@ INSTANCE_ID_MAX_LENGTH = 128
 INSTANCE_ID_PATTERN = r"^[A-Za-z0-9_.:@-]+$"
 _INSTANCE_ID = re.compile(INSTANCE_ID_PATTERN)
 CHECK_URL_MAX_LENGTH = 2048
+# The most of a check URL's answer the coordinator reads, on the wire and
+# decoded: the answer is a tiny JSON object (`max_check_answer_bytes`).
+DEFAULT_MAX_CHECK_ANSWER_BYTES = 64 * 1024
 
 
 def check_instance(producer_group: str, instance_id: str) -> None:

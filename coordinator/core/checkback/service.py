@@ -181,6 +181,7 @@ class CheckBack:
                 claimed.check_url,
                 claimed.request,
                 self._config.check_push_secret,
+                max_answer_bytes=self._config.max_check_answer_bytes,
             )
         except asyncio.CancelledError:
             # The node stops: the request records why it went unanswered.
