@@ -2,7 +2,8 @@
 
 Each path is an answer: `/ok` a commit, `/declared` a huge body with its
 Content-Length, `/undeclared` a huge body without one (it ends when the
-connection closes), `/gzip` a small gzip that inflates to a huge body. The
+connection closes), `/gzip` a small gzip that inflates to a huge body,
+`/trickle` a byte every 0.2 s (until it is stopped, at most a minute). The
 huge bodies are written chunk by chunk and the bomb is compressed as it is
 made, so none of them is ever whole in this process's memory.
 """
@@ -35,6 +36,7 @@ class HostileCheckUrl:
     def __init__(self) -> None:
         self.requests: Counter[str] = Counter()  # pushes received, by path
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
         hostile = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,6 +55,8 @@ class HostileCheckUrl:
                     self._huge(declared=False)
                 elif self.path == "/gzip":
                     self._answer(gzip_bomb(), {"content-encoding": "gzip"})
+                elif self.path == "/trickle":
+                    self._trickle()
                 else:
                     self.send_error(404)
 
@@ -73,6 +77,15 @@ class HostileCheckUrl:
                 self.end_headers()
                 for _ in range(HUGE_BYTES // len(_CHUNK)):
                     self.wfile.write(_CHUNK)  # stops at the reader's close: ConnectionError
+
+            def _trickle(self) -> None:
+                self.send_response(200)
+                self.end_headers()
+                for _ in range(300):
+                    if hostile._stopped.wait(0.2):
+                        return
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -97,6 +110,7 @@ class HostileCheckUrl:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stopped.set()
         self.server.shutdown()
         self.server.server_close()
 

@@ -161,6 +161,7 @@ def settings() -> Settings:
         check_scan_interval_seconds=0.1,
         transaction_timeout_seconds=0.2,
         check_interval_seconds=600,
+        check_push_timeout_seconds=1.0,
     )
 
 
@@ -218,3 +219,22 @@ def test_a_check_url_registered_before_the_rules_is_checked_again_before_each_pu
         assert detail.endswith(f"({form} form of 169.254.169.254)); not sent")
         record = http.get(f"/v1/offsets/{sent[address]['offset']}").json()
         assert (record["state"], record["check_count"]) == ("prepared", 1)
+
+
+# --- Time: an answer that never ends -------------------------------------------------
+
+
+def test_an_answer_trickling_in_is_a_failed_push_at_the_push_timeout(
+    http: httpx.Client, db: psycopg.Connection
+) -> None:
+    # A byte every 0.2 s never trips a timeout per read; the push's own does.
+    with HostileCheckUrl() as hostile:
+        assert _register(http, "slow", hostile.base + "/trickle").status_code == 200
+        sent = _prepare(http, "slow")
+        pushed = _eventually(lambda: _pushed(db, sent["offset"]), "the push ends", seconds=20)
+    assert (pushed["status"], pushed["detail"]) == (
+        "failed",
+        "the check URL's answer did not arrive whole within 1 s (check_push_timeout_seconds)",
+    )
+    record = http.get(f"/v1/offsets/{sent['offset']}").json()
+    assert (record["state"], record["check_count"]) == ("prepared", 1)

@@ -8,6 +8,7 @@ tests/acceptance/test_security_check_urls.py.
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -164,3 +165,22 @@ def test_the_bound_is_a_setting_of_64_kib() -> None:
     assert Settings(_env_file=None).max_check_answer_bytes == 64 * 1024
     settings = Settings(_env_file=None, max_check_answer_bytes=2048)
     assert ServiceConfigs.from_settings(settings).checkback.max_check_answer_bytes == 2048
+
+
+@pytest.mark.anyio
+async def test_an_answer_trickling_in_is_given_up_at_the_push_timeout() -> None:
+    async def trickle() -> AsyncIterator[bytes]:
+        for _ in range(600):  # a byte every 0.1 s: each read well within httpx's timeout
+            await asyncio.sleep(0.1)
+            yield b" "
+
+    def answer(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=trickle())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer), timeout=5) as client:
+        outcome = await push.push(
+            client, "http://127.0.0.1:9/check", _request(), None, timeout_seconds=0.5
+        )
+    assert not outcome.delivered and outcome.detail == (
+        "the check URL's answer did not arrive whole within 0.5 s (check_push_timeout_seconds)"
+    )

@@ -131,20 +131,35 @@ async def push(
     secret: str | None,
     *,
     max_answer_bytes: int = DEFAULT_MAX_CHECK_ANSWER_BYTES,
+    timeout_seconds: float | None = None,
 ) -> PushOutcome:
-    """POST the check request; an answer over `max_answer_bytes` is a failed push."""
+    """POST the check request; an answer over `max_answer_bytes` is a failed push.
+
+    `timeout_seconds` bounds the whole push, the answer's last byte included:
+    httpx's own timeout bounds each read, which an answer trickling in a
+    byte at a time would keep from ever firing.
+    """
     refused = await refusal(url)
     if refused is not None:
         return PushOutcome(False, detail=refused)
     body = encode(request)
     try:
-        async with client.stream(
-            "POST", url, content=body, headers=headers_for(body, secret)
-        ) as response:
+        async with (
+            asyncio.timeout(timeout_seconds),
+            client.stream("POST", url, content=body, headers=headers_for(body, secret)) as response,
+        ):
             if not response.is_success:
                 # the body is never read: closing the stream drops the connection
                 return PushOutcome(False, detail=f"HTTP {response.status_code} from the check URL")
             content = await read_answer(response, max_answer_bytes)
+    except TimeoutError:
+        if timeout_seconds is None:
+            raise  # not this bound's
+        return PushOutcome(
+            False,
+            detail=f"the check URL's answer did not arrive whole within {timeout_seconds:g} s "
+            "(check_push_timeout_seconds)",
+        )
     except httpx.HTTPError as error:
         return PushOutcome(False, detail=f"{type(error).__name__}: {error}"[:500])
     except UnreadableAnswer as error:

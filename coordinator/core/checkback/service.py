@@ -182,6 +182,7 @@ class CheckBack:
                 claimed.request,
                 self._config.check_push_secret,
                 max_answer_bytes=self._config.max_check_answer_bytes,
+                timeout_seconds=self._config.check_push_timeout_seconds,
             )
         except asyncio.CancelledError:
             # The node stops: the request records why it went unanswered.
