@@ -182,5 +182,5 @@ async def test_an_answer_trickling_in_is_given_up_at_the_push_timeout() -> None:
             client, "http://127.0.0.1:9/check", _request(), None, timeout_seconds=0.5
         )
     assert not outcome.delivered and outcome.detail == (
-        "the check URL's answer did not arrive whole within 0.5 s (check_push_timeout_seconds)"
+        "no whole answer from the check URL within 0.5 s (check_push_timeout_seconds)"
     )

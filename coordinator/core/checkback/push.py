@@ -157,7 +157,7 @@ async def push(
             raise  # not this bound's
         return PushOutcome(
             False,
-            detail=f"the check URL's answer did not arrive whole within {timeout_seconds:g} s "
+            detail=f"no whole answer from the check URL within {timeout_seconds:g} s "
             "(check_push_timeout_seconds)",
         )
     except httpx.HTTPError as error:
