@@ -161,6 +161,19 @@ async def test_an_answer_encoded_twice_is_a_failed_push() -> None:
     assert "encoded 2 times (gzip, gzip)" in outcome.detail
 
 
+@pytest.mark.anyio
+async def test_a_push_asks_for_the_codings_it_inflates_only() -> None:
+    asked: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request.headers.get("accept-encoding"))
+        return httpx.Response(200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        await push.push(client, "http://127.0.0.1:9/check", _request(), None)
+    assert asked == ["gzip, deflate"]
+
+
 def test_the_bound_is_a_setting_of_64_kib() -> None:
     assert Settings(_env_file=None).max_check_answer_bytes == 64 * 1024
     settings = Settings(_env_file=None, max_check_answer_bytes=2048)

@@ -7,7 +7,7 @@ soon as its bytes on the wire (the declared Content-Length, then the count
 read) or its decoded bytes pass `max_check_answer_bytes`. gzip and deflate
 (what httpx asks for) are inflated here, at most the bytes still allowed at
 a time, rather than by httpx, which inflates each chunk whole: one 64 KiB
-chunk of a gzip bomb is 64 MiB.
+chunk of a gzip bomb is 64 MiB. A push asks for these two codings only.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ import httpx
 
 # Content codings inflated here; any other is read as it is, as httpx does.
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# What a push asks for: httpx's default would add br and zstd wherever their
+# packages happen to be installed, and an answer in those is read as it is.
+ACCEPT_ENCODING = "gzip, deflate"
 
 
 class UnreadableAnswer(Exception):

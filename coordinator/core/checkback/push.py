@@ -34,7 +34,7 @@ import httpx
 from psycopg import AsyncConnection
 
 from coordinator import __version__, metrics
-from coordinator.core.checkback.answers import UnreadableAnswer, read_answer
+from coordinator.core.checkback.answers import ACCEPT_ENCODING, UnreadableAnswer, read_answer
 from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from coordinator.db.queries import execute, fetch_all
 from coordinator.domain.checkback import CheckRequest, ClaimedCheck
@@ -83,7 +83,11 @@ def encode(request: CheckRequest) -> bytes:
 
 def headers_for(body: bytes, secret: str | None, *, timestamp: int | None = None) -> dict[str, str]:
     """The headers of a push; `timestamp` (unix seconds) defaults to now."""
-    headers = {"content-type": "application/json", "user-agent": f"coordinator/{__version__}"}
+    headers = {
+        "content-type": "application/json",
+        "user-agent": f"coordinator/{__version__}",
+        "accept-encoding": ACCEPT_ENCODING,
+    }
     if secret:
         sent_at = str(int(time.time()) if timestamp is None else timestamp)
         headers[TIMESTAMP_HEADER] = sent_at
