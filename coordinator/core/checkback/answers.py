@@ -82,7 +82,7 @@ async def read_answer(response: httpx.Response, limit: int) -> bytes:
             raise _too_large(limit, "has")
         return response.content
     declared = response.headers.get("content-length", "").strip()
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit, f"declares {int(declared)} bytes,")
     inflater = _inflater(response)
     decoded = bytearray()
