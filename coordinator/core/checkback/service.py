@@ -54,7 +54,6 @@ MAX_BATCHES_PER_ROUND = 100
 # How long a closing node lets its pushes in flight run (each ends within
 # check_push_timeout_seconds anyway); the same bound as a running round's.
 PUSHES_FINISH_SECONDS = 30.0
-HTTPX_TIMEOUT_MARGIN_SECONDS = 1.0
 
 
 class CheckBack:
@@ -206,9 +205,8 @@ class CheckBack:
         if self._client is None:
             config = self._config
             self._client = httpx.AsyncClient(
-                # push() bounds each push whole; httpx's bounds on each step
-                # are a second net, later, so that the sentence is push()'s
-                timeout=config.check_push_timeout_seconds + HTTPX_TIMEOUT_MARGIN_SECONDS,
+                # push() bounds the whole push; httpx's per-step bound is a net
+                timeout=config.check_push_timeout_seconds + 1.0,
                 # the dispatcher bounds the pushes: never make one wait for a connection
                 limits=httpx.Limits(max_connections=config.max_inflight_dispatches),
             )
