@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
 from coordinator.domain.immunity import longest_check_immunity
+from coordinator.domain.rules import DEFAULT_MAX_CHECK_ANSWER_BYTES
 
 MIB = 1024 * 1024
 ENV_PREFIX = "COORDINATOR_"
@@ -214,6 +215,12 @@ class Settings(BaseSettings):
         default=5.0,
         gt=0,
         description="How long a push producer has to answer a pushed check request.",
+    )
+    max_check_answer_bytes: int = Field(
+        default=DEFAULT_MAX_CHECK_ANSWER_BYTES,
+        ge=1,
+        description="Largest answer read from a check URL, as sent and decoded; "
+        "a larger one is a failed push.",
     )
     check_push_max_age_seconds: float = Field(
         default=300.0,

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from coordinator.config import Settings
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
+from coordinator.domain.rules import DEFAULT_MAX_CHECK_ANSWER_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ class CheckBackConfig:
     max_inflight_dispatches: int
     max_long_poll_seconds: float
     check_poll_fallback_seconds: float
+    max_check_answer_bytes: int = DEFAULT_MAX_CHECK_ANSWER_BYTES
     check_push_secret: str | None = field(default=None, repr=False)
 
 

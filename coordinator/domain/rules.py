@@ -340,6 +340,9 @@ INSTANCE_ID_MAX_LENGTH = 128
 INSTANCE_ID_PATTERN = r"^[A-Za-z0-9_.:@-]+$"
 _INSTANCE_ID = re.compile(INSTANCE_ID_PATTERN)
 CHECK_URL_MAX_LENGTH = 2048
+# The most of a check URL's answer the coordinator reads, on the wire and
+# decoded: the answer is a tiny JSON object (`max_check_answer_bytes`).
+DEFAULT_MAX_CHECK_ANSWER_BYTES = 64 * 1024
 
 
 def check_instance(producer_group: str, instance_id: str) -> None:
@@ -375,26 +378,79 @@ _METADATA_HOSTS = frozenset(
         "instance-data.ec2.internal",
     }
 )
-# NAT64 gateways translate 64:ff9b::a.b.c.d to the IPv4 address a.b.c.d.
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IPv6 forms that carry an IPv4 address, which the host (or a gateway on the
+# way) turns into a connection to that IPv4 address: each embedded address is
+# held to the IPv4 rules, so no IPv6 spelling reaches a forbidden one.
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT, RFC 2765
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated, but still routed by some stacks
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the well-known prefix: the last 32 bits
+# The local-use NAT64 prefix (RFC 8215) is split by each network into prefixes
+# of its own length; the IPv4 address sits where RFC 6052 puts it for that
+# length, which a coordinator cannot know: every position is held to the rules.
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_NAT64_LOCAL_LENGTHS = (48, 56, 64)  # and 96, the last 32 bits
+
+
+def _rfc6052_address(value: int, prefix_length: int) -> ipaddress.IPv4Address:
+    """The IPv4 address embedded after a NAT64 prefix of `prefix_length` (32 to 64 bits).
+
+    RFC 6052 skips bits 64 to 71 (the "u" octet): without them the address
+    is 120 bits long and the IPv4 address follows the prefix directly.
+    """
+    without_u = (value >> 64) << 56 | (value & ((1 << 56) - 1))
+    return ipaddress.IPv4Address((without_u >> (120 - prefix_length - 32)) & 0xFFFFFFFF)
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[str, ipaddress.IPv4Address]]:
+    """The IPv4 addresses an IPv6 address leads to, each with the form that carries it."""
+    value = int(address)
+    last_32 = ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    if address.ipv4_mapped is not None:
+        return [("IPv4-mapped", address.ipv4_mapped)]
+    if address in _IPV4_TRANSLATED:
+        return [("IPv4-translated", last_32)]
+    if address in _IPV4_COMPATIBLE:
+        # :: and ::1 are themselves (unspecified, loopback), not IPv4 addresses
+        return [] if value <= 1 else [("IPv4-compatible", last_32)]
+    if address in _NAT64:
+        return [("NAT64", last_32)]
+    if address in _NAT64_LOCAL:
+        candidates = [_rfc6052_address(value, n) for n in _NAT64_LOCAL_LENGTHS] + [last_32]
+        # Zeros where one length puts the address are the padding of another,
+        # not 0.0.0.0: the gateway, another machine, does not connect 0.0.0.0
+        # to the coordinator's host as Linux does.
+        return [("local-use NAT64", a) for a in candidates if a not in _THIS_NETWORK]
+    if address.sixtofour is not None:
+        return [("6to4", address.sixtofour)]
+    if address.teredo is not None:
+        return [("Teredo", address.teredo[1])]
+    return []
 
 
 def forbidden_address(address: str | IPAddress) -> str | None:
     """Why the coordinator must never call `address`, or None when it may.
 
     The one rule for check URLs: applied to the host of a URL at registration
-    and to every address its host resolves to at each push.
+    and to every address its host resolves to at each push. An IPv6 address
+    that carries an IPv4 address (IPv4-mapped, -translated or -compatible,
+    NAT64, 6to4, Teredo) is refused when the IPv4 address is.
     """
     if isinstance(address, str):
         try:
             address = ipaddress.ip_address(address)
         except ValueError:
             return "not an IP address"
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        elif address in _NAT64:
-            address = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    reason = _forbidden(address)
+    if reason is not None or isinstance(address, ipaddress.IPv4Address):
+        return reason
+    for form, embedded in _embedded_ipv4(address):
+        reason = _forbidden(embedded)
+        if reason is not None:
+            return f"{reason} ({form} form of {embedded})"
+    return None
+
+
+def _forbidden(address: IPAddress) -> str | None:
     if address in _METADATA_ADDRESSES:
         return "a cloud instance metadata service"
     if address.is_link_local:

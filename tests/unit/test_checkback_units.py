@@ -314,7 +314,7 @@ async def test_a_push_to_an_allowed_host_is_sent_signed(url: str) -> None:
     ],
 )
 def test_push_answers(content: bytes, delivered: bool, resolution: Resolution | None) -> None:
-    outcome = _answer(httpx.Response(200, content=content))
+    outcome = _answer(content)
     assert (outcome.delivered, outcome.resolution) == (delivered, resolution)
 
 

@@ -13,6 +13,9 @@ registration): before each push the host is resolved and the push is not
 sent when any of its addresses is forbidden (`rules.forbidden_address`).
 httpx resolves the name again to connect, so a resolver answering
 differently within that moment is not caught here.
+
+The answer is read within `max_check_answer_bytes` (`answers`): a larger
+one, on the wire or inflated, is a failed push like a refused connection.
 """
 
 from __future__ import annotations
@@ -31,10 +34,11 @@ import httpx
 from psycopg import AsyncConnection
 
 from coordinator import __version__, metrics
+from coordinator.core.checkback.answers import ACCEPT_ENCODING, UnreadableAnswer, read_answer
 from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from coordinator.db.queries import execute, fetch_all
 from coordinator.domain.checkback import CheckRequest, ClaimedCheck
-from coordinator.domain.rules import forbidden_address
+from coordinator.domain.rules import DEFAULT_MAX_CHECK_ANSWER_BYTES, forbidden_address
 from coordinator.domain.states import CheckStatus, Resolution
 
 
@@ -79,7 +83,11 @@ def encode(request: CheckRequest) -> bytes:
 
 def headers_for(body: bytes, secret: str | None, *, timestamp: int | None = None) -> dict[str, str]:
     """The headers of a push; `timestamp` (unix seconds) defaults to now."""
-    headers = {"content-type": "application/json", "user-agent": f"coordinator/{__version__}"}
+    headers = {
+        "content-type": "application/json",
+        "user-agent": f"coordinator/{__version__}",
+        "accept-encoding": ACCEPT_ENCODING,
+    }
     if secret:
         sent_at = str(int(time.time()) if timestamp is None else timestamp)
         headers[TIMESTAMP_HEADER] = sent_at
@@ -121,26 +129,53 @@ async def refusal(url: str) -> str | None:
 
 
 async def push(
-    client: httpx.AsyncClient, url: str, request: CheckRequest, secret: str | None
+    client: httpx.AsyncClient,
+    url: str,
+    request: CheckRequest,
+    secret: str | None,
+    *,
+    max_answer_bytes: int = DEFAULT_MAX_CHECK_ANSWER_BYTES,
+    timeout_seconds: float | None = None,
 ) -> PushOutcome:
+    """POST the check request; an answer over `max_answer_bytes` is a failed push.
+
+    `timeout_seconds` bounds the whole push, the answer's last byte included:
+    httpx's own timeout bounds each read, which an answer trickling in a
+    byte at a time would keep from ever firing.
+    """
     refused = await refusal(url)
     if refused is not None:
         return PushOutcome(False, detail=refused)
     body = encode(request)
     try:
-        response = await client.post(url, content=body, headers=headers_for(body, secret))
+        async with (
+            asyncio.timeout(timeout_seconds),
+            client.stream("POST", url, content=body, headers=headers_for(body, secret)) as response,
+        ):
+            if not response.is_success:
+                # the body is never read: closing the stream drops the connection
+                return PushOutcome(False, detail=f"HTTP {response.status_code} from the check URL")
+            content = await read_answer(response, max_answer_bytes)
+    except TimeoutError:
+        if timeout_seconds is None:
+            raise  # not this bound's
+        return PushOutcome(
+            False,
+            detail=f"no whole answer from the check URL within {timeout_seconds:g} s "
+            "(check_push_timeout_seconds)",
+        )
     except httpx.HTTPError as error:
         return PushOutcome(False, detail=f"{type(error).__name__}: {error}"[:500])
-    if not response.is_success:
-        return PushOutcome(False, detail=f"HTTP {response.status_code} from the check URL")
-    return _answer(response)
+    except UnreadableAnswer as error:
+        return PushOutcome(False, detail=str(error)[:500])
+    return _answer(content)
 
 
-def _answer(response: httpx.Response) -> PushOutcome:
-    if not response.content:
+def _answer(content: bytes) -> PushOutcome:
+    if not content:
         return PushOutcome(True)
     try:
-        answer = response.json()
+        answer = json.loads(content)
     except ValueError:
         return PushOutcome(True)  # a plain 200: the producer ends the transaction itself
     value = answer.get("resolution") if isinstance(answer, dict) else None

@@ -181,6 +181,8 @@ class CheckBack:
                 claimed.check_url,
                 claimed.request,
                 self._config.check_push_secret,
+                max_answer_bytes=self._config.max_check_answer_bytes,
+                timeout_seconds=self._config.check_push_timeout_seconds,
             )
         except asyncio.CancelledError:
             # The node stops: the request records why it went unanswered.
@@ -203,7 +205,8 @@ class CheckBack:
         if self._client is None:
             config = self._config
             self._client = httpx.AsyncClient(
-                timeout=config.check_push_timeout_seconds,
+                # push() bounds the whole push; httpx's per-step bound is a net
+                timeout=config.check_push_timeout_seconds + 1.0,
                 # the dispatcher bounds the pushes: never make one wait for a connection
                 limits=httpx.Limits(max_connections=config.max_inflight_dispatches),
             )
