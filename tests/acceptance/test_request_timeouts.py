@@ -73,7 +73,9 @@ def _message_count(db: psycopg.Connection) -> int:
 
 
 def test_trickled_headers_are_answered_408_and_the_connection_closed(server: LiveServer) -> None:
-    head = b"POST /v1/transactions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+    head = (
+        b"POST /v1/transactions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+    )
     with _connect(server) as sock:
         started = time.monotonic()
         _trickle(sock, head * 3, seconds=TIMEOUT * 3)
