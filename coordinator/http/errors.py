@@ -32,7 +32,8 @@ class HostNotAllowed(errors.CoordinatorError):
 
 
 class CrossOriginWrite(errors.CoordinatorError):
-    """A browser request from another site's page that would change something (gate.py)."""
+    """A browser request from another site's page to the API, or one that would change
+    something (gate.py)."""
 
     code = "cross_origin_write"
 

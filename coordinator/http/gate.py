@@ -13,11 +13,13 @@ FastAPI, so both kinds of route apply the same three rules:
   any Host: it tells nothing, and probes call it by address.
 - **No cross-origin browser write.** A browser marks the requests a page
   makes: `Origin` (the page's scheme, host and port) and `Sec-Fetch-Site`.
-  A request that may change something (any method but GET, HEAD, OPTIONS)
-  from another site's page, or another port's on this host (`same-site`),
-  is refused, tokens or not: the coordinator serves no cross-origin client
-  (it sends no CORS headers), so only an attack sends one. Clients other
-  than browsers send neither header.
+  A request that may change something (any method but GET, HEAD, OPTIONS),
+  and any request to the API (`/v1/`, `/metrics`: a long poll for check
+  requests is a GET that hands them over), from another site's page, or
+  another port's on this host (`same-site`), is refused, tokens or not: the
+  coordinator serves no cross-origin client (it sends no CORS headers), so
+  only an attack sends one. The pages (`/`, `/docs`, ...) may be linked to
+  from anywhere. Clients other than browsers send neither header.
 
 The headers are read in one pass over the raw ASGI list (`request_heads`),
 which the hot routes reuse for the headers they need.
@@ -26,7 +28,7 @@ which the hot routes reuse for the headers they need.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from coordinator.domain.errors import CoordinatorError, InvalidMessage
@@ -34,12 +36,15 @@ from coordinator.domain.hosts import ANY_HOST, host_name, is_loopback
 from coordinator.http.errors import CrossOriginWrite, HostNotAllowed
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Where even a GET is the API's, not a page a link may open.
+API_PREFIXES = ("/v1/", "/metrics")
 ANY_HOST_PATHS = frozenset({"/health"})
 # What Sec-Fetch-Site says of a request a page of this server made, or one the
 # user made (typed address, bookmark); `cross-site` and `same-site` come from
 # another site's page, or another port's of this host.
 _OWN_FETCH_SITES = frozenset({b"same-origin", b"none"})
 _DEFAULT_PORTS = {"http": ":80", "https": ":443"}
+_MOST_REMEMBERED_HOSTS = 64
 
 
 class RequestHeads(NamedTuple):
@@ -103,6 +108,10 @@ class Gate:
     suffixes: tuple[str, ...] = ()  # from `*.example.com`: ".example.com"
     any_host: bool = False
     listed: bool = False  # allowed_hosts is set: Host is checked with authentication on too
+    # Host values answered already, raw: a server hears the same few on every
+    # request, and parsing one costs more than the lookup. Bounded, and only
+    # answered ones are kept, so that made-up names cannot grow it.
+    _answered: set[bytes] = field(default_factory=set, compare=False)
 
     @classmethod
     def of(cls, allowed_hosts: Iterable[str]) -> Gate:
@@ -123,11 +132,21 @@ class Gate:
         if heads.hosts > 1:
             return InvalidMessage(f"send one Host header (this request has {heads.hosts})")
         checks_host = not self.any_host and (self.listed or not authenticating)
-        if checks_host and heads.host is not None and path not in ANY_HOST_PATHS:
-            refused = self._host_refusal(heads.host.decode("latin-1"), authenticating)
+        host = heads.host
+        if (
+            checks_host
+            and host is not None
+            and host not in self._answered
+            and path not in ANY_HOST_PATHS
+        ):
+            refused = self._host_refusal(host.decode("latin-1"))
             if refused is not None:
                 return refused
-        if method not in SAFE_METHODS:
+            if len(self._answered) < _MOST_REMEMBERED_HOSTS:
+                self._answered.add(host)
+        if heads.fetch_site is None and heads.origins == 0:
+            return None  # not a browser's request, or a page's own that needs no mark
+        if method not in SAFE_METHODS or path.startswith(API_PREFIXES):
             return _cross_origin_refusal(scheme, heads)
         return None
 
@@ -138,7 +157,7 @@ class Gate:
             or any(name.endswith(suffix) for suffix in self.suffixes)
         )
 
-    def _host_refusal(self, header: str, authenticating: bool) -> HostNotAllowed | None:
+    def _host_refusal(self, header: str) -> HostNotAllowed | None:
         name = host_name(header)
         if name is None:
             return HostNotAllowed(f"the Host header {header!r} is not a host name")
@@ -161,7 +180,7 @@ def _cross_origin_refusal(scheme: str, heads: RequestHeads) -> CrossOriginWrite 
     if fetch_site is not None and fetch_site.lower() not in _OWN_FETCH_SITES:
         site = fetch_site.decode("latin-1")
         return CrossOriginWrite(
-            f"a page of another site may not change anything here (Sec-Fetch-Site: {site}); "
+            f"a page of another site may not call this API (Sec-Fetch-Site: {site}); "
             "call the coordinator from a service, not from a browser page"
         )
     if heads.origins == 0:
@@ -169,7 +188,7 @@ def _cross_origin_refusal(scheme: str, heads: RequestHeads) -> CrossOriginWrite 
     origin = (heads.origin or b"").decode("latin-1").strip()
     if heads.origins > 1 or not _same_origin(origin, scheme, heads.host):
         return CrossOriginWrite(
-            f"a page of another origin may not change anything here (Origin: {origin}); "
+            f"a page of another origin may not call this API (Origin: {origin}); "
             "call the coordinator from a service, not from a browser page"
         )
     return None

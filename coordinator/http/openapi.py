@@ -10,7 +10,8 @@ all with the one error body (schemas.ErrorOut) and the shared descriptions
   (HotRoutes refuses any request declaring a body over max_request_bytes,
   before routing) and 429 (the server's open-connection limit, protocol.py);
   a write (any method but GET, HEAD, OPTIONS) also 403 (the gate: from
-  another site's page);
+  another site's page; a GET of the API too, but a page's GET answers 403
+  only there, so it is documented on writes);
 - the core (a dependency returning Coordinator): 503, PostgreSQL away;
 - the principal (security.principal, also through json_body): 401, 403, and
   429 for the token's rate and long polls;

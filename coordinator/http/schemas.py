@@ -324,7 +324,7 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     "`host_not_allowed`: its Host names a host this server does not answer (allowed_hosts)",
     401: "`unauthenticated`: no token, or one that is unknown or revoked",
     403: "`permission_denied`: the token's permissions do not cover the request; or "
-    "`cross_origin_write`: a write from another site's page (Origin, Sec-Fetch-Site)",
+    "`cross_origin_write`: a request from another site's page (Origin, Sec-Fetch-Site)",
     404: "`not_found`: nothing of that name or id",
     408: "`request_timeout`: the request did not arrive whole within "
     "request_read_timeout_seconds (the connection is closed)",

@@ -220,7 +220,7 @@ def _writes(tid: str) -> list[tuple[str, str, dict]]:
 
 
 @pytest.mark.parametrize("server", ["open", "token"])
-def test_a_cross_origin_page_may_change_nothing_on_any_route(
+def test_a_cross_origin_page_may_change_nothing_and_call_no_api(
     server: str, request: pytest.FixtureRequest
 ) -> None:
     http: httpx.Client = request.getfixturevalue(f"{server}_http")
@@ -229,13 +229,23 @@ def test_a_cross_origin_page_may_change_nothing_on_any_route(
     for headers in (*CROSS_ORIGIN, other_port):
         for method, path, body in _writes(tid):
             response = http.request(method, path, json=body, headers=headers)
-            refused(response, 403, "cross_origin_write", "may not change anything here")
+            refused(response, 403, "cross_origin_write", "may not call this API")
     assert _state(http, tid) == "prepared"
     subscriptions = http.get(f"/v1/consumer-groups/{CONSUMERS}/subscriptions")
     assert subscriptions.json() == {"subscriptions": []}, subscriptions.text
-    # Reads answer (a browser shows a cross-origin page nothing: no CORS header).
-    read = http.get(f"/v1/transactions/{tid}", headers=CROSS_ORIGIN[0])
-    assert read.status_code == 200 and "access-control-allow-origin" not in read.headers
+    # Nor may it call the API with a GET: the long poll hands check requests over.
+    for headers in CROSS_ORIGIN:
+        for path in (
+            f"/v1/producers/{GROUP}/instances/forged/checks?wait_seconds=0",
+            f"/v1/transactions/{tid}",
+            "/metrics",
+        ):
+            refused(http.get(path, headers=headers), 403, "cross_origin_write", "may not call")
+    producers = http.get("/v1/producers", params={"producer_group": GROUP}).json()["producers"]
+    assert "forged" not in str(producers), producers
+    # Its pages may be linked to from anywhere.
+    linked = http.get("/", headers={"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate"})
+    assert linked.status_code == 200 and "access-control-allow-origin" not in linked.headers
     # The server's own pages (the status page, /docs) may write.
     own = {"origin": str(http.base_url).rstrip("/"), "sec-fetch-site": "same-origin"}
     ended = http.post(f"/v1/transactions/{tid}/end", json=ROLLBACK, headers=own)
