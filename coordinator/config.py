@@ -11,12 +11,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
+from coordinator.domain.hosts import host_patterns
 from coordinator.domain.immunity import longest_check_immunity
 from coordinator.domain.rules import DEFAULT_MAX_CHECK_ANSWER_BYTES
 
@@ -249,6 +250,12 @@ class Settings(BaseSettings):
         default=False,
         description="Serve without tokens on a non-loopback address (refused otherwise).",
     )
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Host names the HTTP door answers besides loopback ones (comma-separated: "
+        "`coord.example.com`, `*.example.com`, `10.0.0.5`, or `*` for any). Unset: any Host "
+        "while authentication is on, loopback names only while it is off.",
+    )
     metrics_open: bool = Field(
         default=False,
         description="Serve /metrics without a token (otherwise a token with `metrics` or `admin`).",
@@ -322,6 +329,13 @@ class Settings(BaseSettings):
         if not POSTGRESQL_URL.match(url):
             raise ValueError("not a PostgreSQL URL: give postgresql://USER@HOST:PORT/DATABASE")
         return url
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _host_patterns(cls, value: object) -> tuple[str, ...]:
+        # The environment gives one string (COORDINATOR_ALLOWED_HOSTS=a,b), a
+        # config file a list: both become the same checked, lower-case tuple.
+        return host_patterns(value)
 
     @field_validator("data_dir")
     @classmethod

@@ -78,4 +78,6 @@ def _text(value: Any) -> str:
         return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value)) or "none"
     return str(value)

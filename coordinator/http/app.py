@@ -15,6 +15,7 @@ from coordinator.http.api_docs import install_api_docs
 from coordinator.http.checkback import router as checkback_router
 from coordinator.http.consumers import router as consumers_router
 from coordinator.http.errors import install_error_handlers
+from coordinator.http.gate import Gate
 from coordinator.http.hot_routes import HotRoutes
 from coordinator.http.routes import router
 from coordinator.http.status_page import install_status_page
@@ -39,4 +40,6 @@ def create_app(settings: Settings | None = None) -> HotRoutes:
     app.include_router(checkback_router)
     install_status_page(app)
     install_api_docs(app)
-    return HotRoutes(app, max_bytes=settings.max_request_bytes)
+    return HotRoutes(
+        app, max_bytes=settings.max_request_bytes, gate=Gate.of(settings.allowed_hosts)
+    )

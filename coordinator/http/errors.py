@@ -25,6 +25,19 @@ class UnsupportedMediaType(errors.CoordinatorError):
     code = "unsupported_media_type"
 
 
+class HostNotAllowed(errors.CoordinatorError):
+    """A Host header naming a host this server does not answer (gate.py: DNS rebinding)."""
+
+    code = "host_not_allowed"
+
+
+class CrossOriginWrite(errors.CoordinatorError):
+    """A browser request from another site's page to the API, or one that would change
+    something (gate.py)."""
+
+    code = "cross_origin_write"
+
+
 STATUS_BY_ERROR: dict[type[errors.CoordinatorError], int] = {
     errors.InvalidMessage: 400,
     errors.TransactionalMessagesRejected: 403,
@@ -38,6 +51,8 @@ STATUS_BY_ERROR: dict[type[errors.CoordinatorError], int] = {
     errors.RateLimited: 429,
     errors.DatabaseUnavailable: 503,
     UnsupportedMediaType: 415,
+    HostNotAllowed: 400,
+    CrossOriginWrite: 403,
 }
 
 

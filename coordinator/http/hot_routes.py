@@ -6,7 +6,10 @@ these routes FastAPI's dispatch (middleware layers, dependency solving,
 parsing the body into dicts and validating those) cost about 250 µs of CPU
 per request, four times what uvicorn itself needs to read and answer one.
 
-HotRoutes answers them directly: it authenticates the request (before
+Every request first passes the gate (gate.py: one Authorization header, a
+Host this server answers, no cross-origin browser write), here, so that the
+hot routes and FastAPI's apply it alike. HotRoutes then answers the hot
+routes directly: it authenticates the request (before
 reading the body, so a request without a valid token costs next to
 nothing), reads the body, checks that it is declared JSON (both with
 security.py, as FastAPI's routes), validates it straight from the bytes
@@ -47,7 +50,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
@@ -62,6 +65,7 @@ from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
 from coordinator.domain.errors import CoordinatorError
 from coordinator.http.errors import core_error_response, error_response, validation_error_response
+from coordinator.http.gate import Gate, RequestHeads, request_heads
 from coordinator.http.routes import HOT_ENDPOINTS, coordinator
 from coordinator.http.security import is_json, not_json, principal
 from coordinator.logs import ACCESS, access_line
@@ -73,6 +77,8 @@ Endpoint = Callable[..., Awaitable[Response]]
 # their declared size before any route was looked at.
 UNMATCHED = "(unmatched)"
 TOO_LARGE = "(too large)"
+# ... and of requests the gate refused (gate.py) before any route was looked at.
+REFUSED = "(refused)"
 
 
 class _ClientLeft(Exception):
@@ -207,26 +213,6 @@ def hot_table(app: FastAPI) -> dict[str, MethodTable]:
     }
 
 
-class _Heads(NamedTuple):
-    """The request headers HotRoutes reads, raw (ASGI names them in lower case)."""
-
-    content_length: bytes | None = None
-    content_type: bytes | None = None
-    authorization: bytes | None = None
-
-
-def _heads(scope: Scope) -> _Heads:
-    content_length = content_type = authorization = None
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            content_length = value
-        elif name == b"content-type":
-            content_type = value
-        elif name == b"authorization":
-            authorization = value
-    return _Heads(content_length, content_type, authorization)
-
-
 def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
@@ -260,10 +246,11 @@ class HotRoutes:
     """The served ASGI app: refuses oversized requests, answers the hot
     routes, and passes everything else to FastAPI."""
 
-    def __init__(self, app: FastAPI, max_bytes: int) -> None:
+    def __init__(self, app: FastAPI, max_bytes: int, gate: Gate | None = None) -> None:
         self.app = app
         self.state = app.state
         self.max_bytes = max_bytes
+        self.gate = gate or Gate()
         self.table = hot_table(app)
 
     def attach(self, core: Coordinator, authenticator: Authenticator) -> None:
@@ -279,7 +266,19 @@ class HotRoutes:
             await self.app(scope, receive, send)
             return
         started = perf_counter()
-        heads = _heads(scope)
+        heads = request_heads(scope["headers"])
+        refused = self.gate.refusal(
+            scope["method"],
+            scope["path"],
+            scope.get("scheme", "http"),
+            heads,
+            self.state.authenticator.enabled,
+        )
+        if refused is not None:
+            response = core_error_response(refused)
+            await response(scope, receive, send)
+            answered(scope, REFUSED, response.status_code, started)
+            return
         refusal = self._refuse_declared_size(heads.content_length)
         if refusal is not None:
             await refusal(scope, receive, send)
@@ -373,7 +372,11 @@ class HotRoutes:
         return None
 
     async def _answer(
-        self, route: HotRoute, raw_params: dict[str, str] | None, heads: _Heads, receive: Receive
+        self,
+        route: HotRoute,
+        raw_params: dict[str, str] | None,
+        heads: RequestHeads,
+        receive: Receive,
     ) -> Response:
         # Who asks before reading the body: a request without a valid token
         # costs a header scan and a dict lookup.

@@ -5,14 +5,17 @@ The routers build their routes as DocumentedRoutes: each adds to its
 all with the one error body (schemas.ErrorOut) and the shared descriptions
 (schemas.ERROR_DESCRIPTIONS):
 
-- every request: 408 (not received whole in time, protocol.py), 413
+- every request: 400 (the gate, gate.py: two Authorization headers, a Host
+  not answered), 408 (not received whole in time, protocol.py), 413
   (HotRoutes refuses any request declaring a body over max_request_bytes,
   before routing) and 429 (the server's open-connection limit, protocol.py);
+  a write (any method but GET, HEAD, OPTIONS) also 403 (the gate: from
+  another site's page; a GET of the API too, but a page's GET answers 403
+  only there, so it is documented on writes);
 - the core (a dependency returning Coordinator): 503, PostgreSQL away;
 - the principal (security.principal, also through json_body): 401, 403, and
   429 for the token's rate and long polls;
 - a body, or json_body on a method that sends one: 415;
-- a body or a string parameter (names, ids: the core's rules): 400;
 - a body or any parameter (pydantic's validation): 422.
 
 What only the route knows (404, 409, a 403 of its own) it declares itself
@@ -22,7 +25,6 @@ status wins over the derived one (/health's 503 also has its HealthOut).
 
 from __future__ import annotations
 
-import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -33,6 +35,7 @@ from fastapi.dependencies.utils import get_dependant
 from fastapi.routing import APIRoute
 
 from coordinator.core import Coordinator
+from coordinator.http.gate import SAFE_METHODS
 from coordinator.http.schemas import ERROR_DESCRIPTIONS, ErrorOut
 from coordinator.http.security import BODY_METHODS, json_body, principal
 
@@ -82,20 +85,6 @@ def _returns_core(call: Callable[..., Any] | None) -> bool:
         return False
 
 
-def _kinds(annotation: Any) -> set[Any]:
-    """The types a parameter's annotation admits, without Annotated's extras."""
-    if typing.get_origin(annotation) is typing.Annotated:
-        return _kinds(typing.get_args(annotation)[0])
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return set().union(*map(_kinds, typing.get_args(annotation)))
-    return {annotation}
-
-
-def _text(param: Any) -> bool:
-    """Whether a parameter is a string (a name or an id, which the core's rules check)."""
-    return _kinds(param.field_info.annotation) <= {str, type(None)}
-
-
 def derived_errors(
     path: str,
     endpoint: Callable[..., Any],
@@ -116,7 +105,9 @@ def derived_errors(
     calls = {d.call for d in dependants}
     parameters = [p for d in dependants for p in (*d.path_params, *d.query_params)]
     has_body = any(d.body_params for d in dependants)
-    statuses = {408, 413, 429}
+    statuses = {400, 408, 413, 429}
+    if set(methods) - SAFE_METHODS:
+        statuses.add(403)
     if any(_returns_core(call) for call in calls):
         statuses.add(503)
     if principal in calls:
@@ -128,8 +119,6 @@ def derived_errors(
         # pydantic cannot refuse: FastAPI documents a 422 for any route with
         # parameters, and this states the body it really has.
         statuses.add(422)
-    if has_body or any(_text(p) for p in parameters):
-        statuses.add(400)
     return {status: ERROR_DESCRIPTIONS[status] for status in sorted(statuses)}
 
 

@@ -320,9 +320,11 @@ class ErrorOut(BaseModel):
 # (openapi.described). docs/http-api.md lists the codes with the same meaning.
 ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "`invalid_request`: the request breaks a rule of the coordinator (a name, id, tag, "
-    "key, size or limit); the message says which",
+    "key, size or limit, or two Authorization headers); the message says which; or "
+    "`host_not_allowed`: its Host names a host this server does not answer (allowed_hosts)",
     401: "`unauthenticated`: no token, or one that is unknown or revoked",
-    403: "`permission_denied`: the token's permissions do not cover the request",
+    403: "`permission_denied`: the token's permissions do not cover the request; or "
+    "`cross_origin_write`: a request from another site's page (Origin, Sec-Fetch-Site)",
     404: "`not_found`: nothing of that name or id",
     408: "`request_timeout`: the request did not arrive whole within "
     "request_read_timeout_seconds (the connection is closed)",

@@ -23,6 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from coordinator.core.auth import Authenticator
 from coordinator.domain.access import Principal
 from coordinator.http.errors import UnsupportedMediaType
+from coordinator.http.gate import duplicate_authorization
 
 # Only documents the scheme in OpenAPI (/docs): `principal` reads the header
 # itself, so a malformed one gets the authenticator's sentence.
@@ -40,7 +41,12 @@ async def principal(
 ) -> Principal:
     # async on purpose (see routes.coordinator): no thread hop for a dict lookup.
     authenticator: Authenticator = request.app.state.authenticator
-    return authenticator.authenticate(request.headers.get("authorization"))
+    # The gate (gate.py) refused two headers already; this route must not
+    # pick one either if it is ever served without it.
+    given = request.headers.getlist("authorization")
+    if (refused := duplicate_authorization(len(given))) is not None:
+        raise refused
+    return authenticator.authenticate(given[0] if given else None)
 
 
 @contextmanager

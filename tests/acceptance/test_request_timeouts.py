@@ -73,7 +73,9 @@ def _message_count(db: psycopg.Connection) -> int:
 
 
 def test_trickled_headers_are_answered_408_and_the_connection_closed(server: LiveServer) -> None:
-    head = b"POST /v1/transactions HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
+    head = (
+        b"POST /v1/transactions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+    )
     with _connect(server) as sock:
         started = time.monotonic()
         _trickle(sock, head * 3, seconds=TIMEOUT * 3)
@@ -105,7 +107,7 @@ def test_a_body_that_stops_arriving_is_answered_408_and_nothing_is_stored(
         + b" " * 16
     )
     head = (
-        f"{method} {path} HTTP/1.1\r\nhost: test\r\n"
+        f"{method} {path} HTTP/1.1\r\nhost: localhost\r\n"
         f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode()
     with caplog.at_level(logging.ERROR), _connect(server) as sock:
@@ -131,7 +133,7 @@ def test_a_slow_request_that_arrives_in_time_and_a_long_poll_are_not_cut(
         {"topic": "orders", "producer_group": "order-service", "body_text": "order 1"}
     ).encode()
     head = (
-        "POST /v1/transactions HTTP/1.1\r\nhost: test\r\n"
+        "POST /v1/transactions HTTP/1.1\r\nhost: localhost\r\n"
         f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode()
     with _connect(server) as sock:
