@@ -4,6 +4,11 @@ EndTransaction and RecallMessage.
 A transactional message's producer group is its topic (`convert.producer_group_of`):
 the token must be allowed to produce for that group, and ending the
 transaction names the same group.
+
+SendMessage looks at each message's metadata, then checks the sender's
+permission, and only then unpacks a GZIP body (`bodies.py`), one message
+after the other so that one budget bounds what the request unpacks; the
+messages accepted are then stored together.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 from coordinator.core.transactions import recall_topic
 from coordinator.domain.access import Principal
 from coordinator.domain.errors import CoordinatorError, InvalidMessage
-from coordinator.domain.messages import EndRequest, NewMessage, SendResult
+from coordinator.domain.messages import EndRequest, SendResult
 from coordinator.grpc import bodies, convert
 from coordinator.grpc.calls import DoorPart, answered, caller_of, overall, topic_of
 from coordinator.grpc.status import DoorError, error_status, status
@@ -37,21 +42,20 @@ class Producing(DoorPart):
         # One after the other, so that the request's budget of unpacked bytes
         # bounds what it holds; then stored together.
         budget = bodies.RequestBudget(self.settings.max_request_bytes)
-        accepted = [
-            await self._accept(caller.principal, message, budget) for message in request.messages
-        ]
-        if len(accepted) == 1:
+        sent = list(request.messages)
+        accepted = [await self._accept(caller.principal, message, budget) for message in sent]
+        if len(sent) == 1:
             # What the clients send: no task per message for gather to wrap.
-            entries = [await self._store(accepted[0])]
+            entries = [await self._store(sent[0], accepted[0])]
         else:
-            entries = await asyncio.gather(*(self._store(one) for one in accepted))
+            entries = await asyncio.gather(*map(self._store, sent, accepted))
         top = overall(self.stubs, entries, "some messages were not stored")
         return self.stubs.service.SendMessageResponse(status=top, entries=entries)
 
     async def _accept(
         self, principal: Principal, message: Any, budget: bodies.RequestBudget
-    ) -> convert.Incoming | Any:
-        """The message to store, or its refusal as a result entry.
+    ) -> convert.Incoming | CoordinatorError:
+        """The message to store, or why it is refused.
 
         The sender's permission is checked on what the message's metadata names
         before its body is unpacked: a GZIP body costs work to look at.
@@ -68,17 +72,18 @@ class Producing(DoorPart):
                 incoming, message=dataclasses.replace(incoming.message, body=body)
             )
         except CoordinatorError as error:
-            return self._refused(message, error)
+            return error
 
-    async def _store(self, accepted: convert.Incoming | Any) -> Any:
-        if not isinstance(accepted, convert.Incoming):
-            return accepted
+    async def _store(self, sent: Any, accepted: convert.Incoming | CoordinatorError) -> Any:
+        """The result entry of one sent message."""
+        if isinstance(accepted, CoordinatorError):
+            return self._refused(sent, accepted)
         transactions = self.core.transactions
         store = transactions.prepare if accepted.transactional else transactions.send
         try:
             result: SendResult = await store(accepted.message)
         except CoordinatorError as error:
-            return self._refused(accepted.message, error)
+            return self._refused(sent, error)
         entry = self.stubs.service.SendResultEntry
         return entry(
             status=status(self.stubs, "OK", "stored" if result.created else "stored before"),
@@ -88,14 +93,9 @@ class Producing(DoorPart):
             recall_handle=result.recall_handle or "",
         )
 
-    def _refused(self, message: Any, error: CoordinatorError) -> Any:
-        sent_id = (
-            message.message_id or ""
-            if isinstance(message, NewMessage)
-            else message.system_properties.message_id
-        )
+    def _refused(self, sent: Any, error: CoordinatorError) -> Any:
         return self.stubs.service.SendResultEntry(
-            status=error_status(self.stubs, error), message_id=sent_id
+            status=error_status(self.stubs, error), message_id=sent.system_properties.message_id
         )
 
     @answered("EndTransactionResponse")
