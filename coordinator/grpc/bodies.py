@@ -23,8 +23,10 @@ from coordinator.grpc.status import DoorError
 # ordinary body is done in this one slice, with no thread hop.
 LOOP_SLICE_BYTES = 64 * 1024
 
-# zlib's window bits for a GZIP header and trailer.
-_GZIP = 16 + zlib.MAX_WBITS
+# zlib's window bits for either a GZIP or a zlib header and trailer: RocketMQ's
+# "GZIP" bodies have been both (its remoting protocol compressed with zlib),
+# and the official Python client unpacks both.
+_GZIP = 32 + zlib.MAX_WBITS
 
 
 class RequestBudget:
@@ -74,7 +76,8 @@ async def gunzip(data: bytes, max_body_bytes: int, budget: RequestBudget) -> byt
 
 
 class _Inflater:
-    """GZIP members one after the other (as `gzip` reads them), at most `most` bytes out."""
+    """GZIP (or zlib) members one after the other (as `gzip` reads them), at most `most`
+    bytes out."""
 
     def __init__(self, data: bytes, most: int) -> None:
         self._input = data
