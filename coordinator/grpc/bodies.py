@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from dataclasses import dataclass
 
 from coordinator.domain.errors import InvalidMessage
 from coordinator.grpc.status import DoorError
@@ -40,29 +39,21 @@ class RequestBudget:
         self.left = max(0, self.left - used)
 
 
-@dataclass(slots=True)
-class _Bound:
-    limit: int
-    per_request: bool  # the request's budget is the tighter bound
-
-
 async def gunzip(data: bytes, max_body_bytes: int, budget: RequestBudget) -> bytes:
     """The body GZIP `data` unpacks into; DoorError MESSAGE_BODY_TOO_LARGE past a bound,
     InvalidMessage when it is not GZIP."""
-    bound = (
-        _Bound(budget.left, per_request=True)
-        if budget.left < max_body_bytes
-        else _Bound(max_body_bytes, per_request=False)
-    )
-    inflater = _Inflater(data, bound.limit + 1)
+    # The request's budget, when it is the tighter bound, names the refusal.
+    per_request = budget.left < max_body_bytes
+    limit = budget.left if per_request else max_body_bytes
+    inflater = _Inflater(data, limit + 1)
     try:
         done = inflater.run(LOOP_SLICE_BYTES)
         if not done:
             await asyncio.to_thread(inflater.run, None)
     finally:
         budget.take(inflater.produced)
-    if inflater.produced > bound.limit:
-        if bound.per_request:
+    if inflater.produced > limit:
+        if per_request:
             raise DoorError(
                 "MESSAGE_BODY_TOO_LARGE",
                 "the unpacked bodies of this request are larger than "
