@@ -39,7 +39,7 @@ def test_members_one_after_the_other_and_zero_padding_unpack_like_gzip() -> None
     ids=["nothing", "not gzip", "cut short", "junk after"],
 )
 def test_what_does_not_unpack_is_a_sentence(data: bytes) -> None:
-    with pytest.raises(InvalidMessage, match="^the GZIP body does not unpack"):
+    with pytest.raises(InvalidMessage, match=r"^the GZIP body does not unpack"):
         unpacked(data)
 
 
