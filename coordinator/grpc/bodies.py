@@ -7,7 +7,8 @@ request), counting every byte inflated, a refused body's too. Inflation is
 incremental (`zlib.decompressobj` with `max_length`) and stops one byte past
 the bound, so no more than that is ever held or computed. A body that
 unpacks into more than one slice is finished in a worker thread (zlib lets
-go of the GIL while it inflates): the loop serves other requests meanwhile.
+go of the GIL while it inflates): the loop serves other requests meanwhile;
+a request of many small bodies lets the loop go after each slice's worth.
 """
 
 from __future__ import annotations
@@ -34,9 +35,18 @@ class RequestBudget:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.left = limit
+        self._on_loop = 0  # unpacked on the event loop since the request last let it go
 
     def take(self, used: int) -> None:
         self.left = max(0, self.left - used)
+
+    def unpacked_on_loop(self, produced: int) -> bool:
+        """Count bytes unpacked on the loop; True when it is time to let the loop go."""
+        self._on_loop += produced
+        if self._on_loop < LOOP_SLICE_BYTES:
+            return False
+        self._on_loop = 0
+        return True
 
 
 async def gunzip(data: bytes, max_body_bytes: int, budget: RequestBudget) -> bytes:
@@ -50,6 +60,9 @@ async def gunzip(data: bytes, max_body_bytes: int, budget: RequestBudget) -> byt
         done = inflater.run(LOOP_SLICE_BYTES)
         if not done:
             await asyncio.to_thread(inflater.run, None)
+        elif budget.unpacked_on_loop(inflater.produced):
+            # Many bodies of a slice each: other requests are served between them.
+            await asyncio.sleep(0)
     finally:
         budget.take(inflater.produced)
     if inflater.produced > limit:
