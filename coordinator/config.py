@@ -306,7 +306,8 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         default=1024,
         ge=1,
-        description="Open HTTP connections per process; one more is answered 429 and closed.",
+        description="Open connections per process on each door: one more HTTP connection is "
+        "answered 429 and closed, one more gRPC connection is closed at once.",
     )
     request_read_timeout_seconds: float = Field(
         default=30.0,
@@ -314,6 +315,19 @@ class Settings(BaseSettings):
         le=3600,
         description="How long a request (its headers and body) may take to arrive, "
         "from its first byte or the connection's start; later it is answered 408 and closed.",
+    )
+    grpc_handshake_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="How long a new gRPC connection may take to send its HTTP/2 preface and "
+        "settings (and finish TLS); later it is closed.",
+    )
+    grpc_idle_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long a gRPC connection may stay open without a call in progress; "
+        "then it is closed (GOAWAY), and a client reconnects when it next calls.",
     )
     token_refresh_seconds: float = Field(
         default=5.0,

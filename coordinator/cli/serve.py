@@ -104,6 +104,8 @@ def serve(
         with database_errors(settings):
             tokens = _live_tokens(url)
         _check_authentication(settings, tokens)
+        if tokens:
+            _warn_clear_text(settings, http_socket.getsockname()[1])
         _listen(http_socket, settings)
         _say_listening(settings, http_socket.getsockname()[1])
         _run(url, settings, workers, http_socket)
@@ -270,6 +272,29 @@ def _check_authentication(settings: Settings, tokens: int) -> None:
         f"anyone who can reach port {settings.port} can take over the transactions "
         "(send, commit, roll back, read every message); create a token with "
         "`coordinator tokens create`[/red]",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _warn_clear_text(settings: Settings, http_port: int) -> None:
+    """Warn when tokens would cross a network unencrypted: a door beyond loopback without TLS.
+
+    Both doors listen on the same host and take the same certificate, so
+    they are either both encrypted or both plain text; each is named.
+    """
+    if is_loopback(settings.host) or settings.tls_cert_file:
+        return
+    host = _url_host(settings.host)
+    doors = [f"HTTP on {host}:{http_port}"]
+    if settings.grpc_port is not None:
+        doors.append(f"the RocketMQ gRPC door on {host}:{settings.grpc_port}")
+    are = "are" if len(doors) > 1 else "is"
+    # On every start, like the --insecure warning; one line in a log.
+    err_console.print(
+        f"[red]warning: tokens cross the network in clear text: {' and '.join(doors)} {are} "
+        "not encrypted, so anyone on the path can read a token and act with it; serve TLS "
+        "with --tls-cert and --tls-key, or listen on 127.0.0.1[/red]",
         highlight=False,
         soft_wrap=True,
     )

@@ -16,6 +16,8 @@ imported unless gRPC is on; the generated protocol modules come from the
   group's FIFO flag and retry policy)
 - `convert.py`: RocketMQ messages to and from the core's, resolutions, and the
   topic-is-the-producer-group rule
+- `bodies.py`: GZIP bodies unpacked within max_body_bytes and max_request_bytes,
+  off the event loop
 - `status.py`: core errors as RocketMQ status codes
 - `credentials.py`: the `authorization` header (MQv2-HMAC-SHA1)
 """

@@ -16,11 +16,8 @@ only queue the route lists.
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
-import io
 import math
-import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +42,7 @@ MAX_RECOVERY_SECONDS = 3600.0
 class Incoming:
     message: NewMessage
     transactional: bool
+    gzipped: bool  # message.body is still GZIP
 
 
 def producer_group_of(topic: str) -> str:
@@ -93,30 +91,23 @@ def timestamp_of(at: datetime) -> Timestamp:
     return stamp
 
 
-def _body(stubs: Stubs, message: Any, settings: Settings) -> bytes:
+def _encoded_body(stubs: Stubs, message: Any) -> tuple[bytes, bool]:
+    """The body as sent, and whether it is GZIP (unpacked later, by `bodies.gunzip`)."""
     encoding = message.system_properties.body_encoding
     definition = stubs.definition
     if encoding in (definition.ENCODING_UNSPECIFIED, definition.IDENTITY):
-        return bytes(message.body)
+        return bytes(message.body), False
     if encoding != definition.GZIP:
         raise InvalidMessage(f"body encoding {encoding} is not IDENTITY or GZIP")
-    # Bounded: a small compressed body must not unpack into gigabytes.
-    limit = settings.max_body_bytes
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(message.body)) as unpacked:
-            body = unpacked.read(limit + 1)
-    except (OSError, EOFError, zlib.error) as error:
-        raise InvalidMessage(f"the GZIP body does not unpack: {error}") from None
-    if len(body) > limit:
-        raise DoorError(
-            "MESSAGE_BODY_TOO_LARGE",
-            f"the unpacked body is larger than max_body_bytes={limit}",
-        )
-    return body
+    return bytes(message.body), True
 
 
 def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
-    """The core's message for a sent RocketMQ message (a transactional one's group: its topic)."""
+    """The core's message for a sent RocketMQ message (a transactional one's group: its topic).
+
+    Only its metadata is looked at: a GZIP body stays packed (`Incoming.gzipped`)
+    until the caller, once the sender may produce, unpacks it within its bounds.
+    """
     definition = stubs.definition
     properties = message.system_properties
     kind = properties.message_type
@@ -135,6 +126,7 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
         raise DoorError("UNSUPPORTED", "message priority is not supported: send without one")
     transactional = kind == definition.TRANSACTION
     topic = message.topic.name
+    body, gzipped = _encoded_body(stubs, message)
     message_group = properties.message_group if properties.HasField("message_group") else None
     if kind == definition.FIFO and not message_group:
         raise DoorError("ILLEGAL_MESSAGE_GROUP", "a FIFO message needs a message group")
@@ -156,7 +148,7 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
     return Incoming(
         NewMessage(
             topic=topic,
-            body=_body(stubs, message, settings),
+            body=body,
             producer_group=producer_group_of(topic) if transactional else None,
             tags=properties.tag if properties.HasField("tag") else None,
             keys=tuple(properties.keys),
@@ -170,6 +162,7 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
             else None,
         ),
         transactional=transactional,
+        gzipped=gzipped,
     )
 
 

@@ -4,18 +4,24 @@ EndTransaction and RecallMessage.
 A transactional message's producer group is its topic (`convert.producer_group_of`):
 the token must be allowed to produce for that group, and ending the
 transaction names the same group.
+
+SendMessage looks at each message's metadata, then checks the sender's
+permission, and only then unpacks a GZIP body (`bodies.py`), one message
+after the other so that one budget bounds what the request unpacks; the
+messages accepted are then stored together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from coordinator.core.transactions import recall_topic
 from coordinator.domain.access import Principal
 from coordinator.domain.errors import CoordinatorError, InvalidMessage
 from coordinator.domain.messages import EndRequest, SendResult
-from coordinator.grpc import convert
+from coordinator.grpc import bodies, convert
 from coordinator.grpc.calls import DoorPart, answered, caller_of, overall, topic_of
 from coordinator.grpc.status import DoorError, error_status, status
 
@@ -33,36 +39,63 @@ class Producing(DoorPart):
                 f"at most {self.settings.max_batch_size} messages per send, "
                 f"got {len(request.messages)}"
             )
-        if len(request.messages) == 1:
+        # One after the other, so that the request's budget of unpacked bytes
+        # bounds what it holds; then stored together.
+        budget = bodies.RequestBudget(self.settings.max_request_bytes)
+        sent = list(request.messages)
+        accepted = [await self._accept(caller.principal, message, budget) for message in sent]
+        if len(sent) == 1:
             # What the clients send: no task per message for gather to wrap.
-            entries = [await self._send_one(caller.principal, request.messages[0])]
+            entries = [await self._store(sent[0], accepted[0])]
         else:
-            entries = await asyncio.gather(
-                *(self._send_one(caller.principal, message) for message in request.messages)
-            )
+            entries = await asyncio.gather(*map(self._store, sent, accepted))
         top = overall(self.stubs, entries, "some messages were not stored")
         return self.stubs.service.SendMessageResponse(status=top, entries=entries)
 
-    async def _send_one(self, principal: Principal, message: Any) -> Any:
-        entry = self.stubs.service.SendResultEntry
+    async def _accept(
+        self, principal: Principal, message: Any, budget: bodies.RequestBudget
+    ) -> convert.Incoming | CoordinatorError:
+        """The message to store, or why it is refused.
+
+        The sender's permission is checked on what the message's metadata names
+        before its body is unpacked: a GZIP body costs work to look at.
+        """
         try:
             topic_of(message.topic)
             incoming = convert.incoming(self.stubs, message, self.settings)
             principal.require_produce(incoming.message.topic, incoming.message.producer_group)
-            transactions = self.core.transactions
-            store = transactions.prepare if incoming.transactional else transactions.send
-            result: SendResult = await store(incoming.message)
-        except CoordinatorError as error:
-            return entry(
-                status=error_status(self.stubs, error),
-                message_id=message.system_properties.message_id,
+            if not incoming.gzipped:
+                budget.take(len(incoming.message.body))
+                return incoming
+            body = await bodies.gunzip(incoming.message.body, self.settings.max_body_bytes, budget)
+            return dataclasses.replace(
+                incoming, message=dataclasses.replace(incoming.message, body=body)
             )
+        except CoordinatorError as error:
+            return error
+
+    async def _store(self, sent: Any, accepted: convert.Incoming | CoordinatorError) -> Any:
+        """The result entry of one sent message."""
+        if isinstance(accepted, CoordinatorError):
+            return self._refused(sent, accepted)
+        transactions = self.core.transactions
+        store = transactions.prepare if accepted.transactional else transactions.send
+        try:
+            result: SendResult = await store(accepted.message)
+        except CoordinatorError as error:
+            return self._refused(sent, error)
+        entry = self.stubs.service.SendResultEntry
         return entry(
             status=status(self.stubs, "OK", "stored" if result.created else "stored before"),
             message_id=result.message_id,
             transaction_id=result.transaction_id or "",
             offset=result.offset,
             recall_handle=result.recall_handle or "",
+        )
+
+    def _refused(self, sent: Any, error: CoordinatorError) -> Any:
+        return self.stubs.service.SendResultEntry(
+            status=error_status(self.stubs, error), message_id=sent.system_properties.message_id
         )
 
     @answered("EndTransactionResponse")

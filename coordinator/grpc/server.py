@@ -161,6 +161,34 @@ def _parse(kind: type[Message], data: bytes) -> Message | Unreadable:
         return Unreadable(f"the request is not a valid {kind.DESCRIPTOR.name}: {error}")
 
 
+def server_options(settings: Settings) -> list[tuple[str, int]]:
+    """gRPC core's channel arguments: the door's limits, enforced before any RPC runs.
+
+    Connections are gRPC core's, out of Python's sight, so core bounds them:
+    at most max_connections open (one more is closed as soon as it is
+    accepted, as HTTP's door answers 429 past the same number), a connection
+    that has not sent its HTTP/2 preface and settings within the handshake
+    timeout is closed, and so is one without a call in progress for the idle
+    timeout (a Telemetry stream or a waiting receive is a call: the official
+    clients keep one open, so their connections are never idle).
+    """
+    return [
+        ("grpc.max_receive_message_length", settings.max_request_bytes),
+        ("grpc.max_send_message_length", settings.max_request_bytes),
+        ("grpc.max_allowed_incoming_connections", settings.max_connections),
+        (
+            "grpc.server_handshake_timeout_ms",
+            _milliseconds(settings.grpc_handshake_timeout_seconds),
+        ),
+        ("grpc.max_connection_idle_ms", _milliseconds(settings.grpc_idle_timeout_seconds)),
+    ]
+
+
+def _milliseconds(seconds: float) -> int:
+    # gRPC core takes a C int: longer than about 24 days is as good as never.
+    return max(1, min(int(seconds * 1000), 2**31 - 1))
+
+
 @asynccontextmanager
 async def running_grpc_door(
     core: Coordinator, authenticator: Authenticator, settings: Settings
@@ -168,12 +196,7 @@ async def running_grpc_door(
     """Serve `apache.rocketmq.v2.MessagingService` on settings.host:settings.grpc_port."""
     assert settings.grpc_port is not None
     stubs = load()
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", settings.max_request_bytes),
-            ("grpc.max_send_message_length", settings.max_request_bytes),
-        ]
-    )
+    server = grpc.aio.server(options=server_options(settings))
     service = MessagingService(core, authenticator, settings, stubs, port=settings.grpc_port)
     server.add_generic_rpc_handlers((handlers(service, stubs),))
     address = listen_address(settings.host, settings.grpc_port)

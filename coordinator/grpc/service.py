@@ -74,8 +74,8 @@ class MessagingService:
         self.NotifyClientTermination = session.NotifyClientTermination
         self.Telemetry = session.Telemetry
 
-        self.PullMessage = pull_message_handler(stubs)
-        for name, handler in unsupported_handlers(stubs).items():
+        self.PullMessage = pull_message_handler(stubs, authenticator)
+        for name, handler in unsupported_handlers(stubs, authenticator).items():
             setattr(self, name, handler)
 
     def begin_close(self) -> None:

@@ -1,4 +1,8 @@
-"""The RPCs the coordinator does not offer, each answered UNSUPPORTED with what to do instead."""
+"""The RPCs the coordinator does not offer, each answered UNSUPPORTED with what to do instead.
+
+They authenticate first, like every other RPC: without a valid token the
+answer is UNAUTHORIZED, so that what the door offers is told only to callers.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.grpc.status import status
+from coordinator.core.auth import Authenticator
+from coordinator.domain.errors import CoordinatorError
+from coordinator.grpc.calls import caller_of
+from coordinator.grpc.status import error_status, status
 from coordinator.grpc.stubs import Stubs
 
 
@@ -26,15 +33,34 @@ UNSUPPORTED = {
 }
 
 
-def unsupported_handlers(stubs: Stubs) -> dict[str, Callable[..., Awaitable[Any]]]:
+def unsupported_handlers(
+    stubs: Stubs, authenticator: Authenticator
+) -> dict[str, Callable[..., Awaitable[Any]]]:
     """A handler for each unary RPC in UNSUPPORTED, by the RPC's name."""
-    return {name: _answer(stubs, name, unsupported) for name, unsupported in UNSUPPORTED.items()}
+    return {
+        name: _answer(stubs, authenticator, name, unsupported)
+        for name, unsupported in UNSUPPORTED.items()
+    }
 
 
-def _answer(stubs: Stubs, name: str, unsupported: _Unsupported) -> Callable[..., Awaitable[Any]]:
+def _refusal(stubs: Stubs, authenticator: Authenticator, context: Any) -> Any | None:
+    """The status refusing the caller, or None when its token is accepted."""
+    try:
+        caller_of(context, authenticator)
+    except CoordinatorError as error:
+        return error_status(stubs, error)
+    return None
+
+
+def _answer(
+    stubs: Stubs, authenticator: Authenticator, name: str, unsupported: _Unsupported
+) -> Callable[..., Awaitable[Any]]:
     kind = getattr(stubs.service, f"{name}Response")
 
     async def answer(request: Any, context: Any) -> Any:
+        refusal = _refusal(stubs, authenticator, context)
+        if refusal is not None:
+            return kind(status=refusal)
         return kind(
             status=status(
                 stubs,
@@ -46,10 +72,16 @@ def _answer(stubs: Stubs, name: str, unsupported: _Unsupported) -> Callable[...,
     return answer
 
 
-def pull_message_handler(stubs: Stubs) -> Callable[..., AsyncIterator[Any]]:
+def pull_message_handler(
+    stubs: Stubs, authenticator: Authenticator
+) -> Callable[..., AsyncIterator[Any]]:
     """PullMessage (a stream of responses): one answer, UNSUPPORTED."""
 
     async def PullMessage(request: Any, context: Any) -> AsyncIterator[Any]:
+        refusal = _refusal(stubs, authenticator, context)
+        if refusal is not None:
+            yield stubs.service.PullMessageResponse(status=refusal)
+            return
         yield stubs.service.PullMessageResponse(
             status=status(
                 stubs,

@@ -211,7 +211,9 @@ def test_serve_with_tokens_says_authentication_is_on_and_may_listen_publicly(
         assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
     output = _output_of(server.process)
     assert "authentication is on (2 tokens)" in output
-    assert "warning" not in output
+    assert "authentication is off" not in output
+    # Only that the tokens travel unencrypted (no TLS): test_security_grpc_door.py.
+    assert "warning: tokens cross the network in clear text" in output
 
 
 def _get_health(conn: http.client.HTTPConnection) -> int:
