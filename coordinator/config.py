@@ -3,6 +3,10 @@
 Names say what they are and carry their unit; the RocketMQ name each one
 mirrors is in its description so operators coming from a broker.conf can map
 them, one to one but for the check interval (see check_interval_seconds).
+
+Long on purpose: one class holds every setting, so the environment's names,
+`coordinator config show` and docs/configuration.md (a test compares them)
+all read one list.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
 from coordinator.domain.hosts import host_patterns
 from coordinator.domain.immunity import longest_check_immunity
-from coordinator.domain.rules import DEFAULT_MAX_CHECK_ANSWER_BYTES
 
 MIB = 1024 * 1024
 ENV_PREFIX = "COORDINATOR_"

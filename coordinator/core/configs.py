@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from coordinator.config import Settings
+from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
-from coordinator.domain.rules import DEFAULT_MAX_CHECK_ANSWER_BYTES
 
 
 @dataclass(frozen=True, slots=True)

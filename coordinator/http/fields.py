@@ -17,9 +17,9 @@ from typing import Annotated, Any
 
 from pydantic import WithJsonSchema
 
+from coordinator.domain.check_urls import CHECK_URL_MAX_LENGTH
 from coordinator.domain.delivery_time import RECALL_HANDLE_MAX_LENGTH
 from coordinator.domain.rules import (
-    CHECK_URL_MAX_LENGTH,
     DEAD_LETTERS_PAGE_LIMIT,
     EXPRESSION_MAX_LENGTH,
     ID_MAX_LENGTH,

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from coordinator.core.checkback import push
+from coordinator.domain.check_urls import _rfc6052_address, check_url, forbidden_address
 from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.errors import InvalidMessage
-from coordinator.domain.rules import _rfc6052_address, check_url, forbidden_address
 
 LINK_LOCAL = "link-local"
 

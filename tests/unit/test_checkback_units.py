@@ -16,9 +16,9 @@ from coordinator.core.checkback import push
 from coordinator.core.checkback.push import _answer, encode, forbidden_among, headers_for
 from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, verify
 from coordinator.db.queries import all_queries
+from coordinator.domain.check_urls import check_url, forbidden_address
 from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.errors import InvalidMessage
-from coordinator.domain.rules import check_url, forbidden_address
 from coordinator.domain.states import Resolution
 
 BODY = b'{"offset":1}'

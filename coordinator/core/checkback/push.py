@@ -10,7 +10,7 @@ producer ends the transaction itself with `from_check: true`.
 Registration refuses check URLs whose host is a forbidden address, but a
 host name can resolve to one later (DNS rebinding, or a record changed since
 registration): before each push the host is resolved and the push is not
-sent when any of its addresses is forbidden (`rules.forbidden_address`).
+sent when any of its addresses is forbidden (`check_urls.forbidden_address`).
 httpx resolves the name again to connect, so a resolver answering
 differently within that moment is not caught here.
 
@@ -37,8 +37,8 @@ from coordinator import __version__, metrics
 from coordinator.core.checkback.answers import ACCEPT_ENCODING, UnreadableAnswer, read_answer
 from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from coordinator.db.queries import execute, fetch_all
+from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES, forbidden_address
 from coordinator.domain.checkback import CheckRequest, ClaimedCheck
-from coordinator.domain.rules import DEFAULT_MAX_CHECK_ANSWER_BYTES, forbidden_address
 from coordinator.domain.states import CheckStatus, Resolution
 
 

@@ -8,9 +8,10 @@ from psycopg import AsyncConnection
 
 from coordinator.core.configs import CheckBackConfig
 from coordinator.db.queries import execute, fetch_all, fetch_one
+from coordinator.domain.check_urls import check_url
 from coordinator.domain.checkback import Producer
 from coordinator.domain.records import record_from_row
-from coordinator.domain.rules import check_instance, check_name, check_url
+from coordinator.domain.rules import check_instance, check_name
 
 
 def _producer(row: dict[str, Any]) -> Producer:
