@@ -238,6 +238,64 @@ class Settings(BaseSettings):
         description="A waiting long poll looks for check requests this often without a wake-up.",
     )
 
+    # --- Retention (docs/operations.md "Retention") ---
+    retention_enabled: bool = Field(
+        default=True,
+        description="Run the retention job in this `coordinator serve` process.",
+    )
+    retention_interval_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often the retention job starts a round.",
+    )
+    retention_batch_size: int = Field(
+        default=1000,
+        ge=1,
+        description="Rows the retention job deletes per database transaction.",
+    )
+    resolved_retention_hours: float | None = Field(
+        default=None,
+        gt=0,
+        description="A resolved message (rolled back, discarded, expired, or committed and "
+        "acked by every consumer group) is deleted this long after its resolution. "
+        "Unset: retention_hours.",
+    )
+    unacked_retention_hours: float = Field(
+        default=72.0,
+        gt=0,
+        description="fileReservedTime: a delivery a consumer group has not acked is dropped "
+        "this long after its commit.",
+    )
+    dead_letter_retention_hours: float = Field(
+        default=168.0,
+        gt=0,
+        description="A dead letter is deleted this long after it died.",
+    )
+    duplicate_window_hours: float | None = Field(
+        default=None,
+        gt=0,
+        description="A message is kept at least this long after its birth, so a producer "
+        "retrying its id within it gets the stored message back. Unset: the resolved "
+        "retention.",
+    )
+    idle_consumer_group_hours: float = Field(
+        default=168.0,
+        gt=0,
+        description="A consumer group that has not received for this long is idle "
+        "(reported; removed with remove_idle_consumer_groups).",
+    )
+    remove_idle_consumer_groups: bool = Field(
+        default=False,
+        description="The retention job removes idle consumer groups: their subscriptions "
+        "and pending deliveries.",
+    )
+    archive_dir: Path | None = Field(
+        default=None,
+        description="Archive first: retention leaves messages to `coordinator pipeline "
+        "archive`, which deletes them once a verified run holds them (the archive "
+        "directory it writes to; unset: retention deletes messages itself).",
+    )
+
     # --- Logs ---
     log_format: Literal["auto", "json", "text"] = Field(
         default="auto",
@@ -362,6 +420,11 @@ class Settings(BaseSettings):
         # relative path carried around would name another database wherever a
         # later step (a worker, a command run elsewhere) looked it up.
         return path.expanduser().resolve()
+
+    @property
+    def resolved_retention(self) -> float:
+        """Hours a resolved message is kept: its own setting, else retention_hours."""
+        return self.resolved_retention_hours or self.retention_hours
 
     @property
     def max_check_immunity_seconds(self) -> float:

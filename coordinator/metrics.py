@@ -11,6 +11,9 @@ bounded: at most max_metric_label_values per metric, the largest on their
 own and the rest summed into one series labelled `_other` (its ages the
 oldest of them), so a client making groups by the thousand cannot make a
 scrape, or Prometheus, grow with it.
+
+Long on purpose: every metric is declared here, so the names and help texts
+a scrape shows read as one list.
 """
 
 from __future__ import annotations
@@ -93,6 +96,33 @@ CHECK_ROUND_SECONDS = Histogram(
     "Duration of one check-back round (claims and pushes) on this node.",
 )
 
+RETENTION_REMOVED = Counter(
+    "coordinator_retention_removed",
+    "Rows this process's retention rounds removed, by kind: messages (with their history), "
+    "unacked_deliveries, dead_letters, consumer_groups.",
+    ["kind"],
+)
+RETENTION_UNACKED_DROPPED = Counter(
+    "coordinator_retention_unacked_dropped",
+    "Deliveries a consumer group never acked, dropped at unacked_retention_hours, by group.",
+    ["consumer_group"],
+)
+RETENTION_LAST_ROUND = Gauge(
+    "coordinator_retention_last_round",
+    "This process's last retention round: when it started (unix seconds) and how long it took.",
+    ["figure"],
+)
+TABLE_FIGURES = Gauge(
+    "coordinator_table",
+    "Tables the retention job keeps to size, as its last round read them: bytes on disk, "
+    "estimated rows and the age of the oldest row in seconds.",
+    ["table", "figure"],
+)
+IDLE_CONSUMER_GROUPS = Gauge(
+    "coordinator_idle_consumer_groups",
+    "Consumer groups that have not received for idle_consumer_group_hours.",
+)
+
 # A `_created` series beside every counter and histogram doubles what a
 # scrape carries and what Prometheus stores, for a start time nobody reads.
 disable_created_metrics()
@@ -172,6 +202,8 @@ for _via in DispatchMode:
     CHECK_BACKS_DISPATCHED.labels(via=_via.value)
 for _resolution in Resolution:
     CHECK_BACKS_ANSWERED.labels(resolution=_resolution.value)
+for _kind in ("messages", "unacked_deliveries", "dead_letters", "consumer_groups"):
+    RETENTION_REMOVED.labels(kind=_kind)
 
 
 # Series by group (and topic) per metric: see the module's docstring.
@@ -312,14 +344,29 @@ def count_redeliveries(
     consumer_group: str, amount: int, most: int = DEFAULT_MAX_LABEL_VALUES
 ) -> None:
     if amount:
-        # A counter cannot be rebuilt per scrape: the first groups keep their
-        # own series, later ones count under `_other`.
-        if consumer_group not in _redelivery_groups:
-            if len(_redelivery_groups) >= most - 1:
-                consumer_group = OTHER
-            else:
-                _redelivery_groups.add(consumer_group)
-        REDELIVERIES.labels(consumer_group=consumer_group).inc(amount)
+        group = _bounded_group(_redelivery_groups, consumer_group, most)
+        REDELIVERIES.labels(consumer_group=group).inc(amount)
+
+
+def count_unacked_dropped(
+    consumer_group: str, amount: int, most: int = DEFAULT_MAX_LABEL_VALUES
+) -> None:
+    if amount:
+        group = _bounded_group(_unacked_groups, consumer_group, most)
+        RETENTION_UNACKED_DROPPED.labels(consumer_group=group).inc(amount)
+
+
+_unacked_groups: set[str] = set()
+
+
+def _bounded_group(seen: set[str], consumer_group: str, most: int) -> str:
+    # A counter cannot be rebuilt per scrape: the first groups keep their own
+    # series, later ones count under `_other`.
+    if consumer_group not in seen:
+        if len(seen) >= most - 1:
+            return OTHER
+        seen.add(consumer_group)
+    return consumer_group
 
 
 class RequestMeter:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from coordinator.config import Settings
+from coordinator.core.retention.config import RetentionConfig
 from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
 
@@ -111,6 +112,7 @@ class ServiceConfigs:
     scheduler: SchedulerConfig
     overview: OverviewConfig
     auth: AuthConfig
+    retention: RetentionConfig
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ServiceConfigs:
@@ -134,7 +136,24 @@ class ServiceConfigs:
                 open_allowed=open_allowed(settings),
                 limits=_named_alike(LimitsConfig, settings),
             ),
+            retention=retention_config(settings),
         )
+
+
+def retention_config(settings: Settings) -> RetentionConfig:
+    return RetentionConfig(
+        resolved_retention_hours=settings.resolved_retention,
+        unacked_retention_hours=settings.unacked_retention_hours,
+        dead_letter_retention_hours=settings.dead_letter_retention_hours,
+        duplicate_window_hours=settings.duplicate_window_hours,
+        idle_consumer_group_hours=settings.idle_consumer_group_hours,
+        remove_idle_consumer_groups=settings.remove_idle_consumer_groups,
+        archive_first=settings.archive_dir is not None,
+        batch_size=settings.retention_batch_size,
+        interval_seconds=settings.retention_interval_seconds,
+        enabled=settings.retention_enabled,
+        max_metric_label_values=settings.max_metric_label_values,
+    )
 
 
 Config = TypeVar("Config")

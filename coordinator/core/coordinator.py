@@ -14,6 +14,7 @@ from coordinator.core.context import CoreContext
 from coordinator.core.delivery import Delivery
 from coordinator.core.inspection import Inspection
 from coordinator.core.overview import OverviewReader
+from coordinator.core.retention import Retention
 from coordinator.core.tokens import Tokens
 from coordinator.core.transactions import Transactions
 from coordinator.db.notifier import CHANNELS, Notifier
@@ -38,6 +39,8 @@ class Coordinator:
         self.checkback = CheckBack(context, configs.checkback, self.transactions.end)
         # the figures of the status page, `coordinator status` and /metrics' gauges
         self.overview = OverviewReader(context, configs.overview)
+        # keeps the tables to size (run by the node's retention job)
+        self.retention = Retention(context, configs.retention, self.delivery.take_received_groups)
 
     @classmethod
     @asynccontextmanager

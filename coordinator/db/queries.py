@@ -27,6 +27,7 @@ QUERY_FILES = (
     "pipeline",
     "tokens",
     "status",
+    "retention",
 )
 
 

@@ -166,6 +166,10 @@ subscriptions = Table(
     # Added after the rest (migration 0010), hence last.
     Column("filter_type", Text, nullable=False, server_default=text("'tag'")),
     Column("filter", JSONB, nullable=True),
+    # When a receive of the group last asked (migration 0013), recorded by the
+    # retention job from what each node saw, not by the receive itself: NULL
+    # until then, and the group counts as idle from its creation.
+    Column("last_received_at", DateTime(timezone=True), nullable=True),
     CheckConstraint(_one_of("filter_type", FILTER_TYPES), name="filter_type"),
     CheckConstraint(
         "(filter_type = 'sql92') = (filter IS NOT NULL) AND (filter IS NULL OR tags IS NULL)",
@@ -241,6 +245,8 @@ dead_letters = Table(
     Column("dead_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     UniqueConstraint("message_offset", "consumer_group"),
     Index("ix_dead_letters_consumer_group_id", "consumer_group", "id"),
+    # The retention job takes the oldest dead letters first.
+    Index("ix_dead_letters_dead_at", "dead_at"),
 )
 
 # Producer instances, per producer group. An instance is live while it was

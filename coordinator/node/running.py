@@ -11,6 +11,7 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator, running_authenticator
 from coordinator.core.checkback.scheduler import running_check_scheduler
+from coordinator.core.retention.scheduler import running_retention
 
 
 class ServingDoor(Protocol):
@@ -66,8 +67,8 @@ class Node:
 async def running_node(
     database_url: str, settings: Settings, doors: Sequence[Door]
 ) -> AsyncIterator[Node]:
-    """Start the pool and the core, the authenticator, the check-back scheduler,
-    then each door; on exit stop them in the reverse order.
+    """Start the pool and the core, the authenticator, the check-back and retention
+    jobs, then each door; on exit stop them in the reverse order.
 
     The core begins to stop before the doors do, so the long polls a door
     holds answer at once and its requests in flight finish.
@@ -76,6 +77,7 @@ async def running_node(
         Coordinator.connect(database_url, settings, listen=True) as core,
         running_authenticator(core.context, core.configs.auth) as authenticator,
         running_check_scheduler(core.checkback.run_round, core.configs.scheduler),
+        running_retention(core.retention.run_round, core.configs.retention),
         AsyncExitStack() as serving,
     ):
         started = [await serving.enter_async_context(door(core, authenticator)) for door in doors]

@@ -55,6 +55,10 @@ class Receiving:
     def __init__(self, context: CoreContext, config: DeliveryConfig) -> None:
         self._context = context
         self._config = config
+        # Groups whose receives asked since the retention job last took them
+        # (it records them as subscriptions.last_received_at): a set add per
+        # receive, not a write. Subscribed groups only, so it stays bounded.
+        self.received_groups: set[str] = set()
 
     async def receive(
         self,
@@ -85,6 +89,7 @@ class Receiving:
         if row is None or row["subscriptions"] == 0:
             what = f"topic {topic!r}" if topic is not None else "any topic"
             raise NotFound(f"consumer group {consumer_group!r} does not subscribe to {what}")
+        self.received_groups.add(consumer_group)
 
         params = {
             "consumer_group": consumer_group,

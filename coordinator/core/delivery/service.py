@@ -31,6 +31,12 @@ class Delivery:
         self.requeue_dead_letter = dead_letters.requeue_dead_letter
         self.requeue_dead_letters = dead_letters.requeue_dead_letters
 
+    def take_received_groups(self) -> list[str]:
+        """The consumer groups that received since the previous call (the retention job's)."""
+        groups = sorted(self._receiving.received_groups)
+        self._receiving.received_groups.clear()
+        return groups
+
     @property
     def poll_interval_seconds(self) -> float:
         """How often a waiting receive looks again without being notified."""

@@ -1,0 +1,125 @@
+"""One retention round: each kind of row, batch by batch, each batch its own transaction.
+
+The order matters: dead letters and unacked deliveries go first, so that a
+message they held becomes a resolved message with nothing left to deliver,
+which the last step deletes in the same round. A batch is one statement on
+an autocommit connection: its row locks last for that statement only.
+"""
+
+from __future__ import annotations
+
+import collections
+from datetime import datetime, timedelta
+
+from psycopg import AsyncConnection
+
+from coordinator.core.retention.config import RetentionConfig
+from coordinator.db.queries import execute, fetch_all, fetch_one
+from coordinator.domain.retention import IdleConsumerGroup, RetentionResult, TableFigures
+
+# A round drains a backlog batch by batch, but not forever: the next round
+# (every retention_interval_seconds) goes on.
+MAX_BATCHES_PER_KIND = 100
+
+
+def _hours(hours: float) -> timedelta:
+    return timedelta(hours=hours)
+
+
+async def clock(conn: AsyncConnection, now: datetime | None) -> datetime:
+    row = await fetch_one(conn, "retention_clock", {"now": now})
+    assert row is not None
+    return row["now"]
+
+
+async def _drain(
+    conn: AsyncConnection, name: str, params: dict[str, object], batch_size: int, column: str
+) -> collections.Counter[str]:
+    """Run a delete batch by batch until one comes back short; count its rows by `column`."""
+    removed: collections.Counter[str] = collections.Counter()
+    for _ in range(MAX_BATCHES_PER_KIND):
+        rows = await fetch_all(conn, name, {**params, "batch_size": batch_size})
+        removed.update(row[column] for row in rows)
+        if len(rows) < batch_size:
+            break
+    return removed
+
+
+async def delete_dead_letters(
+    conn: AsyncConnection, config: RetentionConfig, now: datetime, result: RetentionResult
+) -> None:
+    cutoff = now - _hours(config.dead_letter_retention_hours)
+    removed = await _drain(
+        conn,
+        "retention_delete_dead_letters",
+        {"cutoff": cutoff},
+        config.batch_size,
+        "consumer_group",
+    )
+    result.dead_letters.update(removed)
+
+
+async def delete_unacked(
+    conn: AsyncConnection, config: RetentionConfig, now: datetime, result: RetentionResult
+) -> None:
+    cutoff = now - _hours(config.unacked_retention_hours)
+    removed = await _drain(
+        conn,
+        "retention_delete_unacked_deliveries",
+        {"cutoff": cutoff},
+        config.batch_size,
+        "consumer_group",
+    )
+    result.unacked.update(removed)
+
+
+async def delete_resolved(
+    conn: AsyncConnection, config: RetentionConfig, now: datetime, result: RetentionResult
+) -> None:
+    if config.archive_first:
+        return  # messages leave through `pipeline archive`, which verifies its copy first
+    params = {
+        "cutoff": now - _hours(config.resolved_retention_hours),
+        "born_before": now - _hours(config.duplicate_window),
+    }
+    removed = await _drain(
+        conn, "retention_delete_resolved_messages", params, config.batch_size, "state"
+    )
+    result.messages.update(removed)
+
+
+async def mark_received(conn: AsyncConnection, groups: list[str], now: datetime) -> None:
+    """Record the groups this node saw receive since its previous round."""
+    if groups:
+        await execute(conn, "retention_mark_received", {"groups": groups, "at": now})
+
+
+async def idle_groups(
+    conn: AsyncConnection, config: RetentionConfig, now: datetime, result: RetentionResult
+) -> None:
+    """Find the idle consumer groups; remove them when configured to."""
+    cutoff = now - _hours(config.idle_consumer_group_hours)
+    rows = await fetch_all(conn, "retention_idle_consumer_groups", {"cutoff": cutoff})
+    result.idle_groups = [
+        IdleConsumerGroup(row["consumer_group"], row["last_received_at"], int(row["pending"]))
+        for row in rows
+    ]
+    if not config.remove_idle_consumer_groups:
+        return
+    for idle in result.idle_groups:
+        # One group per transaction; its deliveries go with its subscriptions.
+        removed = await fetch_all(
+            conn,
+            "retention_remove_consumer_group",
+            {"consumer_group": idle.consumer_group, "cutoff": cutoff},
+        )
+        if removed:
+            result.removed_groups.append(idle.consumer_group)
+
+
+async def table_figures(conn: AsyncConnection, now: datetime) -> list[TableFigures]:
+    rows = await fetch_all(conn, "retention_table_figures", {"now": now})
+    return [
+        TableFigures(row["name"], int(row["bytes"]), int(row["rows"]), row["oldest_age_seconds"])
+        for row in rows
+    ]

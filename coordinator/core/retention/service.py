@@ -1,0 +1,120 @@
+"""The retention job's service: a round keeps the coordinator's tables to size.
+
+A round deletes, in bounded batches each in its own short transaction,
+every row older than its retention that no one still needs (rounds.py),
+records which consumer groups received, finds the idle ones, and reads the
+tables' sizes. Any number of nodes run rounds on one database: SKIP LOCKED
+splits the rows between them, so each row is deleted once and a row the
+hot path holds is passed over. The scheduler (scheduler.py) runs `run_round`
+every retention_interval_seconds; tests call it directly, with a `now` of
+their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from coordinator import metrics
+from coordinator.core.context import CoreContext
+from coordinator.core.retention import rounds
+from coordinator.core.retention.config import RetentionConfig
+from coordinator.domain.retention import RetentionResult
+
+log = logging.getLogger(__name__)
+
+
+def _no_groups() -> list[str]:
+    return []
+
+
+class Retention:
+    def __init__(
+        self,
+        context: CoreContext,
+        config: RetentionConfig,
+        received_groups: Callable[[], list[str]] = _no_groups,
+    ) -> None:
+        self._context = context
+        self.config = config
+        self._received_groups = received_groups  # groups this node saw receive
+        self._reported_idle: set[str] = set()
+        # The last round's result (the status page and /metrics read it).
+        self.last_result: RetentionResult | None = None
+
+    async def run_round(self, now: datetime | None = None) -> RetentionResult:
+        """One round; `now` (default: the database's clock) is when it counts ages from."""
+        started = time.perf_counter()
+        config = self.config
+        result = RetentionResult()
+        groups = self._received_groups()
+        async with self._context.pool.connection() as conn:
+            at = await rounds.clock(conn, now)
+            result.started_at = at
+            # Lost if this fails (the database is away): a few seconds of
+            # receives, against an idle bound of hours.
+            await rounds.mark_received(conn, groups, at)
+            for step in (rounds.delete_dead_letters, rounds.delete_unacked):
+                await step(conn, config, at, result)
+            await rounds.idle_groups(conn, config, at, result)
+            await rounds.delete_resolved(conn, config, at, result)
+            result.tables = await rounds.table_figures(conn, now)
+        result.duration_seconds = time.perf_counter() - started
+        self.last_result = result
+        self._report(result)
+        return result
+
+    def _report(self, result: RetentionResult) -> None:
+        """Metrics, and log lines for what a person should know."""
+        most = self.config.max_metric_label_values
+        for kind, amount in result.removed.items():
+            if amount:
+                metrics.RETENTION_REMOVED.labels(kind=kind).inc(amount)
+        for group, lost in sorted(result.unacked.items()):
+            metrics.count_unacked_dropped(group, lost, most)
+            log.warning(
+                "retention: consumer group %s lost %d unacked messages older than %g hours",
+                group,
+                lost,
+                self.config.unacked_retention_hours,
+                extra={"consumer_group": group, "lost": lost},
+            )
+        if result.started_at is not None:
+            metrics.RETENTION_LAST_ROUND.labels(figure="started").set(result.started_at.timestamp())
+        metrics.RETENTION_LAST_ROUND.labels(figure="seconds").set(result.duration_seconds)
+        for table in result.tables:
+            metrics.TABLE_FIGURES.labels(table=table.table, figure="bytes").set(table.bytes)
+            metrics.TABLE_FIGURES.labels(table=table.table, figure="rows").set(table.rows)
+            metrics.TABLE_FIGURES.labels(table=table.table, figure="oldest_age_seconds").set(
+                table.oldest_age_seconds or 0.0
+            )
+        metrics.IDLE_CONSUMER_GROUPS.set(len(result.idle_groups))
+        self._report_idle(result)
+        if result.removed_anything:
+            removed = result.removed
+            log.info(
+                "retention round: %(messages)d messages, %(unacked_deliveries)d unacked "
+                "deliveries, %(dead_letters)d dead letters, %(consumer_groups)d consumer "
+                "groups removed",
+                removed,
+                extra=removed,
+            )
+
+    def _report_idle(self, result: RetentionResult) -> None:
+        # Once per group becoming idle, not every round.
+        idle = {group.consumer_group: group for group in result.idle_groups}
+        for name in sorted(idle.keys() - self._reported_idle):
+            group = idle[name]
+            action = "removed" if name in result.removed_groups else "kept"
+            log.warning(
+                "retention: consumer group %s has not received since %s (%d deliveries "
+                "pending): %s",
+                name,
+                group.last_received_at.isoformat(),
+                group.pending,
+                action,
+                extra={"consumer_group": name, "pending": group.pending},
+            )
+        self._reported_idle = set(idle) - set(result.removed_groups)

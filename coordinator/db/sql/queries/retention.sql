@@ -1,0 +1,130 @@
+-- The retention job (coordinator/core/retention/): each statement deletes
+-- one bounded batch in its own short transaction. The rows are claimed FOR
+-- UPDATE SKIP LOCKED, so two nodes running rounds at once delete disjoint
+-- rows, and a row a receive, an ack or an operator holds is passed over
+-- until the next round. %(now)s is the round's clock (NULL: the database's).
+
+-- name: retention_delete_dead_letters
+-- Dead letters that died before the cutoff, oldest first (ix_dead_letters_dead_at).
+WITH doomed AS (
+    SELECT x.id
+    FROM dead_letters x
+    WHERE x.dead_at < %(cutoff)s::timestamptz
+    ORDER BY x.dead_at
+    LIMIT %(batch_size)s::integer
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM dead_letters x
+USING doomed
+WHERE x.id = doomed.id
+RETURNING x.consumer_group;
+
+-- name: retention_delete_unacked_deliveries
+-- Deliveries committed before the cutoff that their group never acked. Only
+-- the oldest batch_size rows of each group are looked at (ix_deliveries_
+-- consumer_group_id: deliveries are made in commit order), so a round never
+-- reads a group's whole backlog; the rest waits for the next batch.
+WITH oldest AS (
+    SELECT d.id
+    FROM (SELECT DISTINCT consumer_group FROM subscriptions) AS g
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.committed_at
+        FROM deliveries e
+        WHERE e.consumer_group = g.consumer_group
+        ORDER BY e.id
+        LIMIT %(batch_size)s::integer
+    ) AS d
+    WHERE d.committed_at < %(cutoff)s::timestamptz
+),
+doomed AS (
+    SELECT d.id
+    FROM deliveries d
+    WHERE d.id IN (SELECT id FROM oldest)
+      AND d.committed_at < %(cutoff)s::timestamptz
+    ORDER BY d.id
+    LIMIT %(batch_size)s::integer
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM deliveries d
+USING doomed
+WHERE d.id = doomed.id
+RETURNING d.consumer_group, d.topic;
+
+-- name: retention_delete_resolved_messages
+-- Resolved messages with nothing left to deliver (no delivery row, no dead
+-- letter: every subscribed group acked them, or none was subscribed),
+-- resolved before the cutoff and born before the duplicate window's start,
+-- oldest resolution first (ix_messages_resolved_at). Their history and
+-- deliveries go with them (trigger messages_deleted). The conditions on the
+-- row itself are checked again on its newest version once locked: an
+-- operator may have re-armed it (prepared again) meanwhile.
+WITH doomed AS (
+    SELECT m.id
+    FROM messages m
+    WHERE m.resolved_at < %(cutoff)s::timestamptz
+      AND m.born_at < %(born_before)s::timestamptz
+      AND m.state <> 'prepared'
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_offset = m.id)
+      AND NOT EXISTS (SELECT 1 FROM dead_letters l WHERE l.message_offset = m.id)
+    ORDER BY m.resolved_at
+    LIMIT %(batch_size)s::integer
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM messages m
+USING doomed
+WHERE m.id = doomed.id
+RETURNING m.state;
+
+-- name: retention_mark_received
+-- The consumer groups whose receives this node saw since its previous round.
+UPDATE subscriptions
+SET last_received_at = %(at)s::timestamptz
+WHERE consumer_group = ANY (%(groups)s::text[])
+  AND (last_received_at IS NULL OR last_received_at < %(at)s::timestamptz);
+
+-- name: retention_idle_consumer_groups
+-- Consumer groups none of whose subscriptions received since the cutoff
+-- (a group that never received counts from its first subscription), with
+-- the deliveries they leave pending.
+SELECT s.consumer_group,
+       max(coalesce(s.last_received_at, s.created_at)) AS last_received_at,
+       (SELECT count(*) FROM deliveries d WHERE d.consumer_group = s.consumer_group)
+           AS pending
+FROM subscriptions s
+GROUP BY s.consumer_group
+HAVING max(coalesce(s.last_received_at, s.created_at)) < %(cutoff)s::timestamptz
+ORDER BY s.consumer_group;
+
+-- name: retention_remove_consumer_group
+-- An idle group's subscriptions; its pending deliveries go with them
+-- (trigger subscriptions_deleted). Checked again: a receive may have been
+-- recorded since the group was found idle.
+DELETE FROM subscriptions s
+WHERE s.consumer_group = %(consumer_group)s::text
+  AND NOT EXISTS (
+      SELECT 1 FROM subscriptions r
+      WHERE r.consumer_group = s.consumer_group
+        AND coalesce(r.last_received_at, r.created_at) >= %(cutoff)s::timestamptz
+  )
+RETURNING s.topic;
+
+-- name: retention_table_figures
+-- Each table the job keeps to size: its size on disk (indexes and TOAST
+-- included), its row count as the planner last estimated it, and the age
+-- of its oldest row (read from the head of an index, never a scan).
+SELECT t.name,
+       pg_total_relation_size(t.name::regclass) AS bytes,
+       greatest((SELECT c.reltuples FROM pg_class c WHERE c.oid = t.name::regclass), 0)::bigint
+           AS rows,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - t.oldest)::float8
+           AS oldest_age_seconds
+FROM (
+    VALUES
+        ('messages', (SELECT born_at FROM messages ORDER BY id LIMIT 1)),
+        ('message_history', (SELECT at FROM message_history ORDER BY id LIMIT 1)),
+        ('deliveries', (SELECT committed_at FROM deliveries ORDER BY id LIMIT 1)),
+        ('dead_letters', (SELECT dead_at FROM dead_letters ORDER BY dead_at LIMIT 1))
+) AS t (name, oldest);
+
+-- name: retention_clock
+SELECT coalesce(%(now)s::timestamptz, now()) AS now;
