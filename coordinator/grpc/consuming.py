@@ -26,7 +26,7 @@ from coordinator.domain.delivery import (
     InvisibleDurationChange,
     ReceivedMessage,
 )
-from coordinator.domain.errors import CoordinatorError, InvalidMessage
+from coordinator.domain.errors import CoordinatorError, InvalidMessage, NotFound
 from coordinator.domain.rules import (
     DEFAULT_INVISIBLE_SECONDS,
     DEFAULT_MAX_MESSAGES,
@@ -135,13 +135,26 @@ class Consuming(DoorPart):
             raise InvalidMessage(f"batch size must be 1..{MAX_MESSAGES_LIMIT}, got {batch}")
         wait = self._wait_seconds(request, context)
         with self._long_poll(caller.principal, wait):
-            received = await self.core.delivery.receive(
-                group,
-                max_messages=batch,
-                invisible_seconds=invisible,
-                wait_seconds=wait,
-                topic=topic,
-            )
+            try:
+                received = await self.core.delivery.receive(
+                    group,
+                    max_messages=batch,
+                    invisible_seconds=invisible,
+                    wait_seconds=wait,
+                    topic=topic,
+                )
+            except NotFound:
+                # The subscription went behind this process's memory of it (the
+                # retention job removed an idle group): state it again, once.
+                self._subscribed.pop((group, topic), None)
+                await self.subscribed(group, topic, expression, filter_type)
+                received = await self.core.delivery.receive(
+                    group,
+                    max_messages=batch,
+                    invisible_seconds=invisible,
+                    wait_seconds=wait,
+                    topic=topic,
+                )
         return invisible, received
 
     def _wait_seconds(self, request: Any, context: Any) -> float:
