@@ -250,6 +250,23 @@ def test_a_receive_subscribes_filters_by_tag_and_acks(
     assert _count(db, "deliveries") == 0
 
 
+def test_a_receive_subscribes_again_a_group_the_retention_job_removed(
+    door: GrpcDoor, db: psycopg.Connection
+) -> None:
+    assert receive_status(door.receive(receive_request(GROUP, TOPIC))).code == code(
+        "MESSAGE_NOT_FOUND"
+    )
+    # What remove_idle_consumer_groups does to an idle group.
+    db.execute("DELETE FROM subscriptions WHERE consumer_group = %s", (GROUP,))
+    assert receive_status(door.receive(receive_request(GROUP, TOPIC))).code == code(
+        "MESSAGE_NOT_FOUND"
+    )
+    assert _count(db, "subscriptions") == 1
+    door.send(message(TOPIC, b"after the comeback"))
+    responses = door.receive(receive_request(GROUP, TOPIC, wait=3))
+    assert [got.body for got in received_messages(responses)] == [b"after the comeback"]
+
+
 def test_messages_cross_between_the_http_and_grpc_doors(door: GrpcDoor) -> None:
     http = httpx.Client(base_url=door.server.url, timeout=30)
     with http:
