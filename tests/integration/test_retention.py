@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import re
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
+from coordinator import metrics
 from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.retention.scheduler import running_retention
+from tests.conftest import LiveServer
 from tests.factories import TOPIC, end, half
 
 pytestmark = pytest.mark.anyio
@@ -290,3 +295,47 @@ async def test_the_scheduled_job_deletes_a_message_soon_after_its_retention(
                 break
             await asyncio.sleep(0.1)
     assert present(db, sent.offset) == set()
+
+
+async def test_a_round_counts_what_it_removed_and_logs_a_line(
+    core: Coordinator, db: psycopg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    removed = metrics.RETENTION_REMOVED.labels(kind="messages")
+    before = removed._value.get()
+    await core.transactions.send(half(topic="nobody-listens"))
+    caplog.set_level(logging.INFO, logger="coordinator.core.retention")
+
+    quiet = await core.retention.run_round()
+    assert not quiet.removed_anything
+    assert not [r for r in caplog.records if r.getMessage().startswith("retention round")]
+
+    await core.retention.run_round(db_now(db) + timedelta(hours=2))
+    assert removed._value.get() == before + 1
+    (line,) = [r.getMessage() for r in caplog.records if "retention round" in r.getMessage()]
+    assert line.startswith("retention round: 1 messages, 0 unacked deliveries")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [retention_settings(retention_enabled=True, retention_interval_seconds=0.2)],
+)
+def test_a_serving_node_runs_the_job_and_shows_it_on_metrics(
+    live_server: LiveServer, db: psycopg.Connection
+) -> None:
+    db.execute(
+        "INSERT INTO messages (message_id, kind, topic, body, state, born_at, resolved_at, "
+        "resolution_source) VALUES ('gone-soon', 'normal', 'old', '\\x00', 'committed', "
+        "now() - interval '2 hours', now() - interval '2 hours', 'client')"
+    )
+    for _ in range(100):  # up to 10 s
+        if count(db, "messages") == 0:
+            break
+        time.sleep(0.1)
+    assert count(db, "messages") == 0
+    page = httpx.get(f"{live_server.url}/metrics", timeout=10).text
+    # Counters are the process's: other tests here may have counted too.
+    removed = re.search(
+        r'^coordinator_retention_removed_total\{kind="messages"\} (\S+)$', page, re.M
+    )
+    assert removed is not None and float(removed.group(1)) >= 1
+    assert 'coordinator_table{figure="bytes",table="messages"}' in page

@@ -77,10 +77,13 @@ RETURNING m.state;
 
 -- name: retention_mark_received
 -- The consumer groups whose receives this node saw since its previous round.
+-- A row is written at most once a minute (the idle bound is in hours), so
+-- busy groups on many nodes do not rewrite their subscriptions every round.
 UPDATE subscriptions
 SET last_received_at = %(at)s::timestamptz
 WHERE consumer_group = ANY (%(groups)s::text[])
-  AND (last_received_at IS NULL OR last_received_at < %(at)s::timestamptz);
+  AND (last_received_at IS NULL
+       OR last_received_at < %(at)s::timestamptz - interval '1 minute');
 
 -- name: retention_idle_consumer_groups
 -- Consumer groups none of whose subscriptions received since the cutoff
