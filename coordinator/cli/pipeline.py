@@ -253,7 +253,11 @@ def archive(
     older_than: str = typer.Option(
         "72h", "--older-than", help="Archive messages resolved longer ago than this (e.g. 72h, 7d)."
     ),
-    archive_dir: Path = typer.Option(Path("archive"), "--archive-dir", help="Parquet archive."),
+    archive_dir: Path | None = typer.Option(
+        None,
+        "--archive-dir",
+        help="Parquet archive (default: the archive_dir setting, else ./archive).",
+    ),
     batch_size: int = typer.Option(
         10_000, "--batch-size", min=1, help="Messages deleted per database transaction."
     ),
@@ -267,6 +271,8 @@ def archive(
         if age <= timedelta(0):
             raise fail("--older-than must be positive", EXIT_USAGE)
         require_extra()
+        # The directory `serve` is told about (archive first) unless given here.
+        archive_dir = archive_dir or settings_from(ctx).archive_dir or Path("archive")
         runs = jobs.archive(
             _current_database(ctx),
             archive_dir=archive_dir,

@@ -151,6 +151,20 @@ def test_a_busy_archive_exits_4(spark: SparkSession, database_url: str, tmp_path
     assert result.exit_code == 4 and "another archive run" in result.output
 
 
+def test_the_archive_writes_to_the_archive_dir_setting_by_default(
+    spark: SparkSession, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The directory `serve` archives first to: set once for both.
+    monkeypatch.setenv("COORDINATOR_ARCHIVE_DIR", str(tmp_path / "from-setting"))
+    with psycopg.connect(database_url, autocommit=True) as other:
+        other.execute(
+            "SELECT pg_advisory_lock(hashtextextended('coordinator pipeline archive', 7))"
+        )
+        result = invoke(database_url, "archive")  # refused once it has made its directory
+    assert result.exit_code == 4, result.output
+    assert (tmp_path / "from-setting").is_dir()
+
+
 def test_an_unreachable_producer_database_exits_5(
     spark: SparkSession, database_url: str, tmp_path: Path
 ) -> None:
