@@ -294,6 +294,7 @@ def test_pool_gauges_show_connections_in_use_and_requests_waiting(
         pool_timeout_seconds=60,
         # nothing else of the server asks the pool for a connection meanwhile
         check_scheduler_enabled=False,
+        retention_enabled=False,
         token_refresh_seconds=3600,
     )
     with LiveServer(database_url, settings) as server, httpx.Client(timeout=90) as client:
