@@ -125,6 +125,23 @@ async def test_resolved_and_unacked_messages_go_at_their_bounds_with_history_and
     assert figures["messages"].bytes > 0
 
 
+async def test_a_timer_message_counts_its_unacked_bound_from_its_delivery_time(
+    core: Coordinator, db: psycopg.Connection
+) -> None:
+    await core.delivery.subscribe(CONSUMERS, TOPIC)
+    start = db_now(db)
+    timer = await core.transactions.send(half(deliver_at=start + timedelta(hours=3)))
+
+    # Past the unacked bound after the commit, not after the delivery time.
+    kept = await core.retention.run_round(start + timedelta(hours=4))
+    assert kept.unacked == {}
+    assert present(db, timer.offset) == {timer.offset}
+
+    dropped = await core.retention.run_round(start + timedelta(hours=5, minutes=10))
+    assert dropped.unacked == {CONSUMERS: 1}
+    assert present(db, timer.offset) == set()
+
+
 async def test_a_dead_letter_keeps_its_message_until_its_own_retention(
     core: Coordinator, db: psycopg.Connection
 ) -> None:

@@ -20,7 +20,9 @@ WHERE x.id = doomed.id
 RETURNING x.consumer_group;
 
 -- name: retention_delete_unacked_deliveries
--- Deliveries committed before the cutoff that their group never acked. Only
+-- Deliveries their group never acked, committed (and, for a delay or timer
+-- message, due: deliver_at holds a delivery time that was ahead at the
+-- commit) before the cutoff. Only
 -- the oldest batch_size rows of each group are looked at (ix_deliveries_
 -- consumer_group_id: deliveries are made in commit order), so a round never
 -- reads a group's whole backlog; the rest waits for the next batch.
@@ -28,19 +30,19 @@ WITH oldest AS (
     SELECT d.id
     FROM (SELECT DISTINCT consumer_group FROM subscriptions) AS g
     CROSS JOIN LATERAL (
-        SELECT e.id, e.committed_at
+        SELECT e.id, coalesce(e.deliver_at, e.committed_at) AS since
         FROM deliveries e
         WHERE e.consumer_group = g.consumer_group
         ORDER BY e.id
         LIMIT %(batch_size)s::integer
     ) AS d
-    WHERE d.committed_at < %(cutoff)s::timestamptz
+    WHERE d.since < %(cutoff)s::timestamptz
 ),
 doomed AS (
     SELECT d.id
     FROM deliveries d
     WHERE d.id IN (SELECT id FROM oldest)
-      AND d.committed_at < %(cutoff)s::timestamptz
+      AND coalesce(d.deliver_at, d.committed_at) < %(cutoff)s::timestamptz
     ORDER BY d.id
     LIMIT %(batch_size)s::integer
     FOR UPDATE SKIP LOCKED
