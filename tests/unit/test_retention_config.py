@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from coordinator.config import Settings
 from coordinator.core.configs import ServiceConfigs
 
@@ -30,6 +32,8 @@ def test_each_retention_may_be_set_on_its_own() -> None:
     assert retention.archive_first
 
 
-def test_the_interval_is_read_from_its_environment_variable(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_interval_is_read_from_its_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("COORDINATOR_RETENTION_INTERVAL_SECONDS", "2.5")
     assert Settings.from_environment(database_url=None).retention_interval_seconds == 2.5
