@@ -8,6 +8,7 @@ an autocommit connection: its row locks last for that statement only.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from datetime import datetime, timedelta
 
@@ -33,7 +34,12 @@ async def clock(conn: AsyncConnection, now: datetime | None) -> datetime:
 
 
 async def _drain(
-    conn: AsyncConnection, name: str, params: dict[str, object], batch_size: int, column: str
+    conn: AsyncConnection,
+    name: str,
+    params: dict[str, object],
+    batch_size: int,
+    column: str,
+    stopping: asyncio.Event | None = None,
 ) -> collections.Counter[str]:
     """Run a delete batch by batch until one comes back short; count its rows by `column`."""
     removed: collections.Counter[str] = collections.Counter()
@@ -42,11 +48,17 @@ async def _drain(
         removed.update(row[column] for row in rows)
         if len(rows) < batch_size:
             break
+        if stopping is not None and stopping.is_set():
+            break  # the node stops: the rest waits for the next round, on any node
     return removed
 
 
 async def delete_dead_letters(
-    conn: AsyncConnection, config: RetentionConfig, now: datetime, result: RetentionResult
+    conn: AsyncConnection,
+    config: RetentionConfig,
+    now: datetime,
+    result: RetentionResult,
+    stopping: asyncio.Event | None = None,
 ) -> None:
     cutoff = now - _hours(config.dead_letter_retention_hours)
     removed = await _drain(
@@ -55,12 +67,17 @@ async def delete_dead_letters(
         {"cutoff": cutoff},
         config.batch_size,
         "consumer_group",
+        stopping,
     )
     result.dead_letters.update(removed)
 
 
 async def delete_unacked(
-    conn: AsyncConnection, config: RetentionConfig, now: datetime, result: RetentionResult
+    conn: AsyncConnection,
+    config: RetentionConfig,
+    now: datetime,
+    result: RetentionResult,
+    stopping: asyncio.Event | None = None,
 ) -> None:
     cutoff = now - _hours(config.unacked_retention_hours)
     removed = await _drain(
@@ -69,12 +86,17 @@ async def delete_unacked(
         {"cutoff": cutoff},
         config.batch_size,
         "consumer_group",
+        stopping,
     )
     result.unacked.update(removed)
 
 
 async def delete_resolved(
-    conn: AsyncConnection, config: RetentionConfig, now: datetime, result: RetentionResult
+    conn: AsyncConnection,
+    config: RetentionConfig,
+    now: datetime,
+    result: RetentionResult,
+    stopping: asyncio.Event | None = None,
 ) -> None:
     if config.archive_first:
         return  # messages leave through `pipeline archive`, which verifies its copy first
@@ -83,7 +105,7 @@ async def delete_resolved(
         "born_before": now - _hours(config.duplicate_window),
     }
     removed = await _drain(
-        conn, "retention_delete_resolved_messages", params, config.batch_size, "state"
+        conn, "retention_delete_resolved_messages", params, config.batch_size, "state", stopping
     )
     result.messages.update(removed)
 

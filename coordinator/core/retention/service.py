@@ -56,10 +56,11 @@ class Retention:
             # Lost if this fails (the database is away): a few seconds of
             # receives, against an idle bound of hours.
             await rounds.mark_received(conn, groups, at)
+            stopping = self._context.stopping
             for step in (rounds.delete_dead_letters, rounds.delete_unacked):
-                await step(conn, config, at, result)
+                await step(conn, config, at, result, stopping)
             await rounds.idle_groups(conn, config, at, result)
-            await rounds.delete_resolved(conn, config, at, result)
+            await rounds.delete_resolved(conn, config, at, result, stopping)
             result.tables = await rounds.table_figures(conn, now)
         result.duration_seconds = time.perf_counter() - started
         self.last_result = result
