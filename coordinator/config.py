@@ -274,9 +274,9 @@ class Settings(BaseSettings):
     duplicate_window_hours: float | None = Field(
         default=None,
         gt=0,
-        description="A message is kept at least this long after its birth, so a producer "
-        "retrying its id within it gets the stored message back. Unset: the resolved "
-        "retention.",
+        description="A message is kept at least this long after its resolution (so after "
+        "its birth too): a producer retrying its id within it gets the stored message back. "
+        "Unset: the resolved retention.",
     )
     idle_consumer_group_hours: float = Field(
         default=168.0,

@@ -142,6 +142,23 @@ async def test_a_timer_message_counts_its_unacked_bound_from_its_delivery_time(
     assert present(db, timer.offset) == set()
 
 
+async def test_a_message_acked_after_its_retention_goes_within_a_minute_of_the_ack(
+    core: Coordinator, db: psycopg.Connection
+) -> None:
+    await core.delivery.subscribe(CONSUMERS, TOPIC)
+    late = await core.transactions.send(half(body=b"acked late"))
+    start = db_now(db)
+    held = await core.retention.run_round(start + timedelta(minutes=70))
+    assert present(db, late.offset) == {late.offset}  # its delivery holds it
+    assert not held.removed_anything
+
+    (received,) = await core.delivery.receive(CONSUMERS, max_messages=1)
+    await core.delivery.ack(CONSUMERS, received.receipt_handle)
+    # Rounds pass over what they found held, but walk everything again each minute.
+    await core.retention.run_round(start + timedelta(minutes=71, seconds=1))
+    assert present(db, late.offset) == set()
+
+
 async def test_a_dead_letter_keeps_its_message_until_its_own_retention(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
@@ -171,9 +188,10 @@ async def test_a_retried_message_id_inside_the_window_is_not_delivered_twice(
     await core.delivery.subscribe(CONSUMERS, TOPIC)
     first = await core.transactions.send(half(body=b"pay 10", message_id="pay-1001"))
     other = await core.transactions.send(half(body=b"older"))
-    # The other one was born before the window: retention may take it.
+    # The other one was born (and sent) before the window: retention may take it.
     db.execute(
-        "UPDATE messages SET born_at = born_at - interval '6 hours' WHERE id = %s",
+        "UPDATE messages SET born_at = born_at - interval '6 hours', "
+        "resolved_at = resolved_at - interval '6 hours' WHERE id = %s",
         (other.offset,),
     )
     received = await core.delivery.receive(CONSUMERS, max_messages=10)
@@ -334,7 +352,13 @@ async def test_a_round_counts_what_it_removed_and_logs_a_line(
 
 @pytest.mark.parametrize(
     "settings",
-    [retention_settings(retention_enabled=True, retention_interval_seconds=0.2)],
+    [
+        retention_settings(
+            retention_enabled=True,
+            retention_interval_seconds=0.2,
+            resolved_retention_hours=1 / 3600,
+        )
+    ],
 )
 def test_a_serving_node_runs_the_job_and_shows_it_on_metrics(
     live_server: LiveServer, db: psycopg.Connection
@@ -342,9 +366,9 @@ def test_a_serving_node_runs_the_job_and_shows_it_on_metrics(
     db.execute(
         "INSERT INTO messages (message_id, kind, topic, body, state, born_at, resolved_at, "
         "resolution_source) VALUES ('gone-soon', 'normal', 'old', '\\x00', 'committed', "
-        "now() - interval '2 hours', now() - interval '2 hours', 'client')"
+        "now(), now(), 'client')"
     )
-    for _ in range(100):  # up to 10 s
+    for _ in range(100):  # up to 10 s, for a retention of a second
         if count(db, "messages") == 0:
             break
         time.sleep(0.1)

@@ -17,7 +17,8 @@ class RetentionConfig:
     unacked_retention_hours: float = 72.0
     # A dead letter: hours after it died.
     dead_letter_retention_hours: float = 168.0
-    # Every message stays at least this long after its birth (duplicate detection).
+    # Every message stays at least this long after its resolution, so after its
+    # birth too (duplicate detection).
     duplicate_window_hours: float | None = None
     idle_consumer_group_hours: float = 168.0
     remove_idle_consumer_groups: bool = False
@@ -30,5 +31,5 @@ class RetentionConfig:
 
     @property
     def duplicate_window(self) -> float:
-        """Hours a message is kept after its birth at least."""
+        """Hours a message is kept after its resolution (and birth) at least."""
         return self.duplicate_window_hours or self.resolved_retention_hours

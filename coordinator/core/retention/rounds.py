@@ -97,17 +97,42 @@ async def delete_resolved(
     now: datetime,
     result: RetentionResult,
     stopping: asyncio.Event | None = None,
-) -> None:
+    since: datetime | None = None,
+) -> datetime | None:
+    """Delete resolved messages past their retention, resolved at `since` or later.
+
+    Returns where the next round may start: every message resolved before it
+    was deleted or found held (by a delivery, a dead letter or a lock). A
+    held one frees up later, so the caller starts again from the beginning
+    now and then; meanwhile a round does not walk the same held rows again.
+    """
     if config.archive_first:
-        return  # messages leave through `pipeline archive`, which verifies its copy first
-    params = {
-        "cutoff": now - _hours(config.resolved_retention_hours),
+        return None  # messages leave through `pipeline archive`, which verifies its copy first
+    # Counted from the resolution, which is never before the birth: a
+    # message past both bounds is also past the duplicate window from its
+    # birth, so no message within reach is held back by the window alone.
+    cutoff = now - _hours(max(config.resolved_retention_hours, config.duplicate_window))
+    params: dict[str, object] = {
+        "cutoff": cutoff,
         "born_before": now - _hours(config.duplicate_window),
+        "batch_size": config.batch_size,
     }
-    removed = await _drain(
-        conn, "retention_delete_resolved_messages", params, config.batch_size, "state", stopping
-    )
-    result.messages.update(removed)
+    removed: collections.Counter[str] = collections.Counter()
+    try:
+        for _ in range(MAX_BATCHES_PER_KIND):
+            rows = await fetch_all(
+                conn, "retention_delete_resolved_messages", {**params, "since": since}
+            )
+            removed.update(row["state"] for row in rows)
+            if len(rows) < config.batch_size:
+                return cutoff  # walked up to the cutoff
+            # Full: everything resolved before its newest row was deleted or held.
+            since = max(row["resolved_at"] for row in rows)
+            if stopping is not None and stopping.is_set():
+                break
+        return since
+    finally:
+        result.messages.update(removed)
 
 
 async def mark_received(conn: AsyncConnection, groups: list[str], now: datetime) -> None:

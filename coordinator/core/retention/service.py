@@ -26,6 +26,11 @@ from coordinator.domain.retention import RetentionResult
 log = logging.getLogger(__name__)
 
 
+# How often a round walks every resolved message past its retention again,
+# for those a delivery, a dead letter or a lock held when it last passed.
+RESCAN_SECONDS = 60.0
+
+
 def _no_groups() -> list[str]:
     return []
 
@@ -43,6 +48,10 @@ class Retention:
         self._reported_idle: set[str] = set()
         # The last round's result (the status page and /metrics read it).
         self.last_result: RetentionResult | None = None
+        # Where the next round's walk of resolved messages starts, and when
+        # a walk last started from the beginning.
+        self._resolved_since: datetime | None = None
+        self._walked_all_at: datetime | None = None
 
     async def run_round(self, now: datetime | None = None) -> RetentionResult:
         """One round; `now` (default: the database's clock) is when it counts ages from."""
@@ -60,12 +69,29 @@ class Retention:
             for step in (rounds.delete_dead_letters, rounds.delete_unacked):
                 await step(conn, config, at, result, stopping)
             await rounds.idle_groups(conn, config, at, result)
-            await rounds.delete_resolved(conn, config, at, result, stopping)
+            self._resolved_since = await rounds.delete_resolved(
+                conn, config, at, result, stopping, self._resume_from(at, result)
+            )
             result.tables = await rounds.table_figures(conn, now)
         result.duration_seconds = time.perf_counter() - started
         self.last_result = result
         self._report(result)
         return result
+
+    def _resume_from(self, at: datetime, result: RetentionResult) -> datetime | None:
+        """Where this round's walk of resolved messages starts.
+
+        From the beginning now and then, and whenever this round freed
+        messages (by dropping their deliveries or dead letters): acks free
+        messages too, and a held row passed over waits for such a walk, at
+        most RESCAN_SECONDS after its retention.
+        """
+        freed = result.unacked or result.dead_letters
+        last = self._walked_all_at
+        if freed or last is None or at < last or (at - last).total_seconds() >= RESCAN_SECONDS:
+            self._walked_all_at = at
+            return None
+        return self._resolved_since
 
     def _report(self, result: RetentionResult) -> None:
         """Metrics, and log lines for what a person should know."""

@@ -55,8 +55,10 @@ RETURNING d.consumer_group, d.topic;
 -- name: retention_delete_resolved_messages
 -- Resolved messages with nothing left to deliver (no delivery row, no dead
 -- letter: every subscribed group acked them, or none was subscribed),
--- resolved before the cutoff and born before the duplicate window's start,
--- oldest resolution first (ix_messages_resolved_at). Their history and
+-- resolved before the cutoff (and at `since` or later: what an earlier
+-- round already walked is left out) and born before the duplicate
+-- window's start, oldest resolution first (ix_messages_resolved_at). Their
+-- history and
 -- deliveries go with them (trigger messages_deleted). The conditions on the
 -- row itself are checked again on its newest version once locked: an
 -- operator may have re-armed it (prepared again) meanwhile.
@@ -64,6 +66,7 @@ WITH doomed AS (
     SELECT m.id
     FROM messages m
     WHERE m.resolved_at < %(cutoff)s::timestamptz
+      AND m.resolved_at >= coalesce(%(since)s::timestamptz, '-infinity')
       AND m.born_at < %(born_before)s::timestamptz
       AND m.state <> 'prepared'
       AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_offset = m.id)
@@ -75,7 +78,7 @@ WITH doomed AS (
 DELETE FROM messages m
 USING doomed
 WHERE m.id = doomed.id
-RETURNING m.state;
+RETURNING m.state, m.resolved_at;
 
 -- name: retention_mark_received
 -- The consumer groups whose receives this node saw since its previous round.
