@@ -22,17 +22,27 @@ RETURNING x.consumer_group;
 -- name: retention_delete_unacked_deliveries
 -- Deliveries their group never acked, committed (and, for a delay or timer
 -- message, due: deliver_at holds a delivery time that was ahead at the
--- commit) before the cutoff. Only
--- the oldest batch_size rows of each group are looked at (ix_deliveries_
--- consumer_group_id: deliveries are made in commit order), so a round never
--- reads a group's whole backlog; the rest waits for the next batch.
+-- commit) before the cutoff. Only the oldest batch_size rows of each group
+-- are looked at (ix_deliveries_consumer_group_id: deliveries are made in
+-- commit order), so a round never reads a group's whole backlog; the rest
+-- waits for the next batch.
 WITH oldest AS (
     SELECT d.id
     FROM (SELECT DISTINCT consumer_group FROM subscriptions) AS g
+    -- A group whose oldest delivery was committed after the cutoff has
+    -- nothing to drop: its rows are not read (a one-time filter).
+    CROSS JOIN LATERAL (
+        SELECT h.committed_at
+        FROM deliveries h
+        WHERE h.consumer_group = g.consumer_group
+        ORDER BY h.id
+        LIMIT 1
+    ) AS head
     CROSS JOIN LATERAL (
         SELECT e.id, coalesce(e.deliver_at, e.committed_at) AS since
         FROM deliveries e
         WHERE e.consumer_group = g.consumer_group
+          AND head.committed_at < %(cutoff)s::timestamptz
         ORDER BY e.id
         LIMIT %(batch_size)s::integer
     ) AS d
