@@ -76,7 +76,7 @@ def count(db: psycopg.Connection, table: str) -> int:
 
 
 async def test_resolved_and_unacked_messages_go_at_their_bounds_with_history_and_deliveries(
-    core: Coordinator, db: psycopg.Connection
+    core: Coordinator, db: psycopg.Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
     await core.delivery.subscribe(CONSUMERS, TOPIC)
     rolled = await core.transactions.prepare(half(body=b"rolled back"))
@@ -113,6 +113,10 @@ async def test_resolved_and_unacked_messages_go_at_their_bounds_with_history_and
 
     dropped = await core.retention.run_round(start + timedelta(minutes=130))
     assert dropped.unacked == {CONSUMERS: 1}
+    lost = [r.getMessage() for r in caplog.records if "unacked messages" in r.getMessage()]
+    assert lost == [
+        f"retention: consumer group {CONSUMERS} lost 1 unacked messages older than 2 hours"
+    ]
     assert dropped.messages == {"committed": 1}
     assert present(db, unacked.offset) == set()
     assert history_of(db, unacked.offset) == 0

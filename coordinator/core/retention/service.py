@@ -12,6 +12,7 @@ their own.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 # How often a round walks every resolved message past its retention again,
 # for those a delivery, a dead letter or a lock held when it last passed.
 RESCAN_SECONDS = 60.0
+# At most one "lost unacked messages" line per group this often.
+LOST_LOG_SECONDS = 60.0
 
 
 def _no_groups() -> list[str]:
@@ -46,6 +49,9 @@ class Retention:
         self.config = config
         self._received_groups = received_groups  # groups this node saw receive
         self._reported_idle: set[str] = set()
+        # Unacked messages dropped since the last line that said so, by group.
+        self._lost: collections.Counter[str] = collections.Counter()
+        self._lost_logged_at = -LOST_LOG_SECONDS
         # The last round's result (the status page and /metrics read it).
         self.last_result: RetentionResult | None = None
         # Where the next round's walk of resolved messages starts, and when
@@ -59,23 +65,26 @@ class Retention:
         config = self.config
         result = RetentionResult()
         groups = self._received_groups()
-        async with self._context.pool.connection() as conn:
-            at = await rounds.clock(conn, now)
-            result.started_at = at
-            # Lost if this fails (the database is away): a few seconds of
-            # receives, against an idle bound of hours.
-            await rounds.mark_received(conn, groups, at)
-            stopping = self._context.stopping
-            for step in (rounds.delete_dead_letters, rounds.delete_unacked):
-                await step(conn, config, at, result, stopping)
-            await rounds.idle_groups(conn, config, at, result)
-            self._resolved_since = await rounds.delete_resolved(
-                conn, config, at, result, stopping, self._resume_from(at, result)
-            )
-            result.tables = await rounds.table_figures(conn, now)
-        result.duration_seconds = time.perf_counter() - started
-        self.last_result = result
-        self._report(result)
+        try:
+            async with self._context.pool.connection() as conn:
+                at = await rounds.clock(conn, now)
+                result.started_at = at
+                # Lost if this fails (the database is away): a few seconds of
+                # receives, against an idle bound of hours.
+                await rounds.mark_received(conn, groups, at)
+                stopping = self._context.stopping
+                for step in (rounds.delete_dead_letters, rounds.delete_unacked):
+                    await step(conn, config, at, result, stopping)
+                await rounds.idle_groups(conn, config, at, result)
+                self._resolved_since = await rounds.delete_resolved(
+                    conn, config, at, result, stopping, self._resume_from(at, result)
+                )
+                result.tables = await rounds.table_figures(conn, now)
+        finally:
+            # What a failed round deleted before it failed is counted too.
+            result.duration_seconds = time.perf_counter() - started
+            self.last_result = result
+            self._report(result)
         return result
 
     def _resume_from(self, at: datetime, result: RetentionResult) -> datetime | None:
@@ -99,15 +108,9 @@ class Retention:
         for kind, amount in result.removed.items():
             if amount:
                 metrics.RETENTION_REMOVED.labels(kind=kind).inc(amount)
-        for group, lost in sorted(result.unacked.items()):
+        for group, lost in result.unacked.items():
             metrics.count_unacked_dropped(group, lost, most)
-            log.warning(
-                "retention: consumer group %s lost %d unacked messages older than %g hours",
-                group,
-                lost,
-                self.config.unacked_retention_hours,
-                extra={"consumer_group": group, "lost": lost},
-            )
+        self._report_lost(result)
         if result.started_at is not None:
             metrics.RETENTION_LAST_ROUND.labels(figure="started").set(result.started_at.timestamp())
         metrics.RETENTION_LAST_ROUND.labels(figure="seconds").set(result.duration_seconds)
@@ -128,6 +131,24 @@ class Retention:
                 removed,
                 extra=removed,
             )
+
+    def _report_lost(self, result: RetentionResult) -> None:
+        # A group that stopped consuming loses messages at every round: one
+        # line per group a minute, with what it lost since the last one.
+        self._lost.update(result.unacked)
+        now = time.monotonic()
+        if not self._lost or now - self._lost_logged_at < LOST_LOG_SECONDS:
+            return
+        for group, lost in sorted(self._lost.items()):
+            log.warning(
+                "retention: consumer group %s lost %d unacked messages older than %g hours",
+                group,
+                lost,
+                self.config.unacked_retention_hours,
+                extra={"consumer_group": group, "lost": lost},
+            )
+        self._lost.clear()
+        self._lost_logged_at = now
 
     def _report_idle(self, result: RetentionResult) -> None:
         # Once per group becoming idle, not every round.
