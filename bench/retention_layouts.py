@@ -1,0 +1,313 @@
+"""Retention: batched deletes on today's tables, or dropping time partitions?
+
+    python -m bench.retention_layouts             # 10M resolved messages per layout
+    python -m bench.retention_layouts --quick     # 200k, short runs (a smoke test)
+    python -m bench.retention_layouts --database-url postgresql://...   # yours
+
+Two layouts of the coordinator's messages, message_history and deliveries,
+each in a scratch schema of one database (bench/retention_layouts.sql):
+`plain`, today's tables, and `partitioned`, messages and their history
+range-partitioned by day. For each, while a constant single-message load
+runs the hot path's own SQL (bench/retention_load.py):
+
+1. the load on the empty layout, then filled with N resolved messages (two
+   history rows each, one in a hundred with an unacked delivery) spread over
+   `--days` days: the ratio filled / empty (the target is >= 0.9);
+2. removing the oldest days (`--remove` of them): on `plain` by batched
+   DELETE (`--batch` messages per transaction, ORDER BY resolved_at LIMIT
+   ... SKIP LOCKED, as a retention job would), on `partitioned` by DETACH
+   CONCURRENTLY and DROP of whole partitions: the wall time, the load's
+   throughput and p50/p99 during the removal against just before it, and
+   the tables' sizes before, after, and after VACUUM.
+
+Ratios are taken within the run (the machine is shared and noisy); absolute
+figures are printed and written to JSON beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from rich.console import Console
+from rich.table import Table
+
+from bench.database import bench_database
+from bench.retention_load import Load, measure
+from coordinator.db.queries import parse_queries
+
+console = Console(width=120)
+RESULTS = Path(__file__).parent / "results"
+SQL = parse_queries((Path(__file__).parent / "retention_layouts.sql").read_text())
+LAYOUTS = {"plain": "retention_plain", "partitioned": "retention_partitioned"}
+TABLES = ["messages", "message_history", "deliveries"]
+FILL_CHUNK = 250_000
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database-url", help="measure this server (default: embedded)")
+    parser.add_argument("--rows", type=int, default=10_000_000, help="resolved messages")
+    parser.add_argument("--days", type=int, default=30, help="the time range they span")
+    parser.add_argument("--remove", type=float, default=0.1, help="fraction of days removed")
+    parser.add_argument("--batch", type=int, default=5000, help="messages per DELETE")
+    parser.add_argument("--clients", type=int, default=8, help="connections of the load")
+    parser.add_argument("--seconds", type=float, default=10.0, help="each load window")
+    parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS))
+    parser.add_argument("--quick", action="store_true", help="200k rows, 2-second windows")
+    parser.add_argument("--out", type=Path, default=RESULTS / "retention_layouts.json")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.seconds = min(args.rows, 200_000), min(args.seconds, 2.0)
+
+    report: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "layouts": {},
+    }
+    with bench_database(args.database_url) as database:
+        report["database"] = "embedded (pgserver)" if database.embedded else "external"
+        for layout in args.layouts:
+            try:
+                report["layouts"][layout] = asyncio.run(run_layout(database.url, layout, args))
+            finally:
+                _drop(database.url, LAYOUTS[layout])
+    report["comparison"] = compare(report["layouts"])
+    print_report(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    console.print(f"written to {args.out}")
+    return report
+
+
+async def run_layout(url: str, layout: str, args: argparse.Namespace) -> dict[str, Any]:
+    schema = LAYOUTS[layout]
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = today - timedelta(days=args.days)
+    removed_days = max(1, round(args.days * args.remove))
+    cutoff = start + timedelta(days=removed_days)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SQL[f"{layout}_layout"])
+        if layout == "partitioned":
+            conn.execute(SQL["add_days"], {"first_day": start, "last_day": today + timedelta(3)})
+    result: dict[str, Any] = {"removed_days": removed_days, "cutoff": cutoff.isoformat()}
+
+    with console.status(f"{layout}: the load on the empty layout ..."):
+        result["empty"] = asdict(await measure(url, schema, args.clients, args.seconds))
+    with console.status(f"{layout}: filling {args.rows:,} resolved messages ...") as status:
+        began = time.perf_counter()
+        with _connect(url, schema) as conn:
+            _fill(conn, args.rows, start, args.days * 86400 / args.rows, status, layout)
+            conn.execute(SQL["analyze"])
+            result["fill_seconds"] = round(time.perf_counter() - began, 1)
+            result["sizes_filled"] = _sizes(conn)
+            (older,) = conn.execute(SQL["count_older"], {"cutoff": cutoff}).fetchone()
+    console.print(f"{layout}: filled in {result['fill_seconds']} s")
+
+    load = Load(url, schema, args.clients)
+    await load.start()
+    try:
+        await asyncio.sleep(min(1.0, args.seconds / 4))
+        with console.status(f"{layout}: the load on {args.rows:,} messages ..."):
+            before = time.perf_counter()
+            await asyncio.sleep(args.seconds)
+        with console.status(f"{layout}: removing the oldest {removed_days} days ..."):
+            removing = time.perf_counter()
+            removal = await (_delete_batches if layout == "plain" else _drop_partitions)(
+                url, schema, cutoff, args.batch
+            )
+            removed = time.perf_counter()
+        with console.status(f"{layout}: the load after the removal ..."):
+            await asyncio.sleep(args.seconds)
+            after = time.perf_counter()
+    finally:
+        await load.stop()
+    loaded = load.window(before, removing)
+    during = load.window(removing, removed)
+    result["filled"] = asdict(loaded)
+    result["filled_vs_empty"] = _ratio(
+        loaded.messages_per_second, result["empty"]["messages_per_second"]
+    )
+    result["removal"] = removal | {
+        "rows": older,
+        "seconds": round(removed - removing, 3),
+        "load_during": asdict(during),
+        "throughput_vs_before": _ratio(during.messages_per_second, loaded.messages_per_second),
+        "p50_vs_before": _ratio(during.p50_ms, loaded.p50_ms),
+        "p99_vs_before": _ratio(during.p99_ms, loaded.p99_ms),
+    }
+    result["after_removal"] = asdict(load.window(removed, after))
+    with _connect(url, schema) as conn:
+        (left,) = conn.execute(SQL["count_older"], {"cutoff": cutoff}).fetchone()
+        result["removal"]["rows_left_behind"] = left
+        result["sizes_after_removal"] = _sizes(conn)
+        began = time.perf_counter()
+        conn.execute(SQL["vacuum"])
+        result["vacuum_seconds"] = round(time.perf_counter() - began, 2)
+        result["sizes_after_vacuum"] = _sizes(conn)
+    console.print(f"{layout}: removed {older:,} messages in {result['removal']['seconds']} s")
+    return result
+
+
+def _fill(
+    conn: psycopg.Connection, rows: int, start: datetime, step: float, status: Any, layout: str
+) -> None:
+    for first in range(1, rows + 1, FILL_CHUNK):
+        last = min(rows, first + FILL_CHUNK - 1)
+        conn.execute(SQL["fill"], {"first": first, "last": last, "start": start, "step": step})
+        status.update(f"{layout}: filled {last:,} of {rows:,} resolved messages ...")
+
+
+async def _delete_batches(url: str, schema: str, cutoff: datetime, batch: int) -> dict[str, Any]:
+    """The retention job's way on today's tables: batches until none is left."""
+    batches = 0
+    async with await _connect_async(url, schema) as conn:
+        while True:
+            cursor = await conn.execute(SQL["delete_oldest"], {"cutoff": cutoff, "batch": batch})
+            if cursor.rowcount == 0:
+                break
+            batches += 1
+    return {"method": f"DELETE, {batch} messages per transaction", "batches": batches}
+
+
+async def _drop_partitions(url: str, schema: str, cutoff: datetime, batch: int) -> dict[str, Any]:
+    """Whole days: their deliveries first, then each partition detached and dropped."""
+    day = cutoff.strftime("%Y%m%d")
+    dropped = 0
+    async with await _connect_async(url, schema) as conn:
+        for parent in ("messages", "message_history"):
+            found = await conn.execute(
+                SQL["partitions_before"],
+                {"parent": f"{schema}.{parent}", "first_kept": f"{parent}_{day}"},
+            )
+            for (name,) in await found.fetchall():
+                partition = sql.Identifier(schema, name)
+                if parent == "messages":
+                    await conn.execute(_format("delete_partition_deliveries", partition=partition))
+                await conn.execute(
+                    _format(
+                        "detach_partition",
+                        parent=sql.Identifier(schema, parent),
+                        partition=partition,
+                    )
+                )
+                await conn.execute(_format("drop_table", table=partition))
+                dropped += 1
+    return {"method": "DETACH PARTITION CONCURRENTLY, DROP TABLE", "partitions": dropped}
+
+
+def compare(layouts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The figures the choice rests on, side by side."""
+    figures: dict[str, Any] = {
+        name: {
+            "filled_vs_empty": result["filled_vs_empty"],
+            "removal_seconds": result["removal"]["seconds"],
+            "throughput_during_removal_vs_before": result["removal"]["throughput_vs_before"],
+            "p99_during_removal_vs_before": result["removal"]["p99_vs_before"],
+            "vacuum_seconds": result["vacuum_seconds"],
+            "messages_bytes_after_vacuum_vs_filled": _ratio(
+                _bytes(result["sizes_after_vacuum"], "messages"),
+                _bytes(result["sizes_filled"], "messages"),
+            ),
+        }
+        for name, result in layouts.items()
+    }
+    if {"plain", "partitioned"} <= layouts.keys():
+        plain, partitioned = layouts["plain"], layouts["partitioned"]
+        figures["partitioned_vs_plain"] = {
+            window: _ratio(
+                partitioned[window]["messages_per_second"], plain[window]["messages_per_second"]
+            )
+            for window in ("empty", "filled")
+        }
+    return figures
+
+
+def print_report(report: dict[str, Any]) -> None:
+    table = Table(title=f"Retention layouts ({report['settings']['rows']} resolved messages)")
+    for column in ("layout", "window", "msgs/s", "p50 ms", "p99 ms", "vs. reference", "notes"):
+        table.add_column(
+            column, justify="left" if column in ("layout", "window", "notes") else "right"
+        )
+    for name, result in report["layouts"].items():
+        removal = result["removal"]
+        rows = [
+            ("empty", result["empty"], "", ""),
+            ("filled", result["filled"], f"{result['filled_vs_empty']}x empty", "target >= 0.9x"),
+            (
+                "during removal",
+                removal["load_during"],
+                f"{removal['throughput_vs_before']}x filled",
+                f"{removal['rows']:,} msgs in {removal['seconds']} s; {removal['method']}",
+            ),
+            ("after removal", result["after_removal"], "", ""),
+        ]
+        for window, figures, ratio, notes in rows:
+            table.add_row(
+                name,
+                window,
+                f"{figures['messages_per_second']:,.0f}",
+                f"{figures['p50_ms']:.2f}",
+                f"{figures['p99_ms']:.2f}",
+                ratio,
+                notes,
+            )
+        sizes = [
+            f"{label} {_bytes(result[key], 'messages') / 2**20:,.0f} MiB"
+            for label, key in (
+                ("filled", "sizes_filled"),
+                ("removed", "sizes_after_removal"),
+                ("vacuumed", "sizes_after_vacuum"),
+            )
+        ]
+        table.add_row(name, "messages size", "", "", "", "", ", ".join(sizes))
+    console.print(table)
+
+
+def _sizes(conn: psycopg.Connection) -> dict[str, dict[str, int]]:
+    rows = conn.execute(SQL["sizes"], {"tables": TABLES}).fetchall()
+    return {
+        name: {"heap": heap, "indexes": index, "total": total} for name, heap, index, total in rows
+    }
+
+
+def _bytes(sizes: dict[str, dict[str, int]], table: str) -> float:
+    return float(sizes[table]["total"])
+
+
+def _ratio(value: float, base: float) -> float | None:
+    return round(value / base, 3) if base else None
+
+
+def _format(name: str, **identifiers: sql.Composable) -> sql.Composed:
+    return sql.SQL(SQL[name]).format(**identifiers)
+
+
+def _connect(url: str, schema: str) -> psycopg.Connection:
+    return psycopg.connect(url, autocommit=True, options=f"-c search_path={schema},public")
+
+
+async def _connect_async(url: str, schema: str) -> psycopg.AsyncConnection:
+    return await psycopg.AsyncConnection.connect(
+        url, autocommit=True, options=f"-c search_path={schema},public"
+    )
+
+
+def _drop(url: str, schema: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(_format("drop_layout", schema=sql.Identifier(schema)))
+
+
+if __name__ == "__main__":
+    main()
