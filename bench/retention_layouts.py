@@ -32,9 +32,10 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import psycopg
@@ -43,7 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.database import bench_database
-from bench.retention_load import Load, measure
+from bench.retention_load import Load, LoadFigures, measure
 from coordinator.db.queries import parse_queries
 
 console = Console(width=120)
@@ -63,12 +64,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch", type=int, default=5000, help="messages per DELETE")
     parser.add_argument("--clients", type=int, default=8, help="connections of the load")
     parser.add_argument("--seconds", type=float, default=10.0, help="each load window")
+    parser.add_argument("--rounds", type=int, default=3, help="windows per layout, alternating")
     parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS))
     parser.add_argument("--quick", action="store_true", help="200k rows, 2-second windows")
     parser.add_argument("--out", type=Path, default=RESULTS / "retention_layouts.json")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.seconds = min(args.rows, 200_000), min(args.seconds, 2.0)
+        args.rounds = min(args.rounds, 2)
 
     report: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -78,10 +81,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     with bench_database(args.database_url) as database:
         report["database"] = "embedded (pgserver)" if database.embedded else "external"
-        for layout in args.layouts:
-            try:
-                report["layouts"][layout] = asyncio.run(run_layout(database.url, layout, args))
-            finally:
+        try:
+            report["layouts"] = asyncio.run(run_layouts(database.url, args))
+        finally:
+            for layout in args.layouts:
                 _drop(database.url, LAYOUTS[layout])
     report["comparison"] = compare(report["layouts"])
     print_report(report)
@@ -91,82 +94,135 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
-async def run_layout(url: str, layout: str, args: argparse.Namespace) -> dict[str, Any]:
-    schema = LAYOUTS[layout]
-    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    start = today - timedelta(days=args.days)
-    removed_days = max(1, round(args.days * args.remove))
-    cutoff = start + timedelta(days=removed_days)
+@dataclass(frozen=True)
+class Plan:
+    """The days the filled messages span and the cutoff of the removal (UTC days)."""
+
+    start: datetime
+    today: datetime
+    removed_days: int
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Plan:
+        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        removed = max(1, round(args.days * args.remove))
+        return cls(today - timedelta(days=args.days), today, removed)
+
+    @property
+    def cutoff(self) -> datetime:
+        return self.start + timedelta(days=self.removed_days)
+
+
+async def run_layouts(url: str, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Both layouts side by side: the load's windows alternate between them, so that
+    the machine's drift (it is shared) falls on both alike."""
+    plan = Plan.of(args)
+    results: dict[str, dict[str, Any]] = {}
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(SQL[f"{layout}_layout"])
-        if layout == "partitioned":
-            conn.execute(SQL["add_days"], {"first_day": start, "last_day": today + timedelta(3)})
-    result: dict[str, Any] = {"removed_days": removed_days, "cutoff": cutoff.isoformat()}
-
-    with console.status(f"{layout}: the load on the empty layout ..."):
-        result["empty"] = asdict(await measure(url, schema, args.clients, args.seconds))
-    with console.status(f"{layout}: filling {args.rows:,} resolved messages ...") as status:
-        began = time.perf_counter()
-        with _connect(url, schema) as conn:
-            _fill(conn, args.rows, start, args.days * 86400 / args.rows, status, layout)
+        for layout in args.layouts:
+            conn.execute(SQL[f"{layout}_layout"])
+            if layout == "partitioned":
+                last_day = plan.today + timedelta(days=3)
+                conn.execute(SQL["add_days"], {"first_day": plan.start, "last_day": last_day})
+            results[layout] = {"removed_days": plan.removed_days, "cutoff": plan.cutoff.isoformat()}
+    for layout in args.layouts:  # connections, plans, and statistics of a table in use
+        await measure(url, LAYOUTS[layout], args.clients, min(2.0, args.seconds))
+        with _connect(url, LAYOUTS[layout]) as conn:
             conn.execute(SQL["analyze"])
-            result["fill_seconds"] = round(time.perf_counter() - began, 1)
-            result["sizes_filled"] = _sizes(conn)
-            (older,) = conn.execute(SQL["count_older"], {"cutoff": cutoff}).fetchone()
-    console.print(f"{layout}: filled in {result['fill_seconds']} s")
+    await _rounds(url, args, results, "empty")
+    for layout in args.layouts:
+        with console.status(f"{layout}: filling {args.rows:,} resolved messages ...") as status:
+            results[layout] |= _fill(url, LAYOUTS[layout], args.rows, plan, args.days, status)
+        console.print(f"{layout}: filled in {results[layout]['fill_seconds']} s")
+    await _rounds(url, args, results, "filled")
+    for layout, result in results.items():
+        result["filled_vs_empty"] = _ratio(
+            result["filled"]["messages_per_second"], result["empty"]["messages_per_second"]
+        )
+        result |= await _removal(url, layout, args, plan)
+    return results
 
+
+async def _rounds(
+    url: str, args: argparse.Namespace, results: dict[str, dict[str, Any]], window: str
+) -> None:
+    """`--rounds` windows of the load per layout, alternating; the medians of each figure."""
+    rounds: dict[str, list[LoadFigures]] = {layout: [] for layout in results}
+    for number in range(args.rounds):
+        for layout in results:
+            with console.status(f"{layout}: the load, {window}, round {number + 1} ..."):
+                rounds[layout].append(
+                    await measure(url, LAYOUTS[layout], args.clients, args.seconds)
+                )
+    for layout, figures in rounds.items():
+        results[layout][window] = {
+            "messages_per_second": median(f.messages_per_second for f in figures),
+            "p50_ms": median(f.p50_ms for f in figures),
+            "p99_ms": median(f.p99_ms for f in figures),
+            "rounds": [asdict(f) for f in figures],
+        }
+        console.print(
+            f"{layout}, {window}: {results[layout][window]['messages_per_second']:,.0f} msgs/s"
+        )
+
+
+def _fill(url: str, schema: str, rows: int, plan: Plan, days: int, status: Any) -> dict[str, Any]:
+    began = time.perf_counter()
+    step = days * 86400 / rows
+    with _connect(url, schema) as conn:
+        for first in range(1, rows + 1, FILL_CHUNK):
+            last = min(rows, first + FILL_CHUNK - 1)
+            params = {"first": first, "last": last, "start": plan.start, "step": step}
+            conn.execute(SQL["fill"], params)
+            status.update(f"{schema}: filled {last:,} of {rows:,} resolved messages ...")
+        conn.execute(SQL["vacuum"])  # as autovacuum would have by then: visibility, statistics
+        return {"fill_seconds": round(time.perf_counter() - began, 1), "sizes_filled": _sizes(conn)}
+
+
+async def _removal(url: str, layout: str, args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
+    """The oldest days removed while the load runs: a window before, during and after."""
+    schema = LAYOUTS[layout]
+    with _connect(url, schema) as conn:
+        (older,) = conn.execute(SQL["count_older"], {"cutoff": plan.cutoff}).fetchone()
+    remove = _delete_batches if layout == "plain" else _drop_partitions
     load = Load(url, schema, args.clients)
     await load.start()
     try:
         await asyncio.sleep(min(1.0, args.seconds / 4))
-        with console.status(f"{layout}: the load on {args.rows:,} messages ..."):
+        with console.status(f"{layout}: the load before the removal ..."):
             before = time.perf_counter()
             await asyncio.sleep(args.seconds)
-        with console.status(f"{layout}: removing the oldest {removed_days} days ..."):
+        with console.status(f"{layout}: removing the oldest {plan.removed_days} days ..."):
             removing = time.perf_counter()
-            removal = await (_delete_batches if layout == "plain" else _drop_partitions)(
-                url, schema, cutoff, args.batch
-            )
+            removal = await remove(url, schema, plan.cutoff, args.batch)
             removed = time.perf_counter()
         with console.status(f"{layout}: the load after the removal ..."):
             await asyncio.sleep(args.seconds)
             after = time.perf_counter()
     finally:
         await load.stop()
-    loaded = load.window(before, removing)
-    during = load.window(removing, removed)
-    result["filled"] = asdict(loaded)
-    result["filled_vs_empty"] = _ratio(
-        loaded.messages_per_second, result["empty"]["messages_per_second"]
-    )
-    result["removal"] = removal | {
+    ahead, during = load.window(before, removing), load.window(removing, removed)
+    removal |= {
         "rows": older,
         "seconds": round(removed - removing, 3),
+        "load_before": asdict(ahead),
         "load_during": asdict(during),
-        "throughput_vs_before": _ratio(during.messages_per_second, loaded.messages_per_second),
-        "p50_vs_before": _ratio(during.p50_ms, loaded.p50_ms),
-        "p99_vs_before": _ratio(during.p99_ms, loaded.p99_ms),
+        "load_after": asdict(load.window(removed, after)),
+        "throughput_vs_before": _ratio(during.messages_per_second, ahead.messages_per_second),
+        "p50_vs_before": _ratio(during.p50_ms, ahead.p50_ms),
+        "p99_vs_before": _ratio(during.p99_ms, ahead.p99_ms),
     }
-    result["after_removal"] = asdict(load.window(removed, after))
+    result: dict[str, Any] = {"removal": removal}
     with _connect(url, schema) as conn:
-        (left,) = conn.execute(SQL["count_older"], {"cutoff": cutoff}).fetchone()
-        result["removal"]["rows_left_behind"] = left
+        (left,) = conn.execute(SQL["count_older"], {"cutoff": plan.cutoff}).fetchone()
+        removal["rows_left_behind"] = left
         result["sizes_after_removal"] = _sizes(conn)
         began = time.perf_counter()
         conn.execute(SQL["vacuum"])
         result["vacuum_seconds"] = round(time.perf_counter() - began, 2)
         result["sizes_after_vacuum"] = _sizes(conn)
-    console.print(f"{layout}: removed {older:,} messages in {result['removal']['seconds']} s")
+    console.print(f"{layout}: removed {older:,} messages in {removal['seconds']} s")
     return result
-
-
-def _fill(
-    conn: psycopg.Connection, rows: int, start: datetime, step: float, status: Any, layout: str
-) -> None:
-    for first in range(1, rows + 1, FILL_CHUNK):
-        last = min(rows, first + FILL_CHUNK - 1)
-        conn.execute(SQL["fill"], {"first": first, "last": last, "start": start, "step": step})
-        status.update(f"{layout}: filled {last:,} of {rows:,} resolved messages ...")
 
 
 async def _delete_batches(url: str, schema: str, cutoff: datetime, batch: int) -> dict[str, Any]:
@@ -245,13 +301,14 @@ def print_report(report: dict[str, Any]) -> None:
         rows = [
             ("empty", result["empty"], "", ""),
             ("filled", result["filled"], f"{result['filled_vs_empty']}x empty", "target >= 0.9x"),
+            ("before removal", removal["load_before"], "", ""),
             (
                 "during removal",
                 removal["load_during"],
-                f"{removal['throughput_vs_before']}x filled",
+                f"{removal['throughput_vs_before']}x before",
                 f"{removal['rows']:,} msgs in {removal['seconds']} s; {removal['method']}",
             ),
-            ("after removal", result["after_removal"], "", ""),
+            ("after removal", removal["load_after"], "", ""),
         ]
         for window, figures, ratio, notes in rows:
             table.add_row(
