@@ -31,6 +31,8 @@ import asyncio
 import json
 import os
 import platform
+import signal
+import sys
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -69,6 +71,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="200k rows, 2-second windows")
     parser.add_argument("--out", type=Path, default=RESULTS / "retention_layouts.json")
     args = parser.parse_args(argv)
+    # A long run stopped with SIGTERM still stops its embedded server and drops its schemas.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
         args.rows, args.seconds = min(args.rows, 200_000), min(args.seconds, 2.0)
         args.rounds = min(args.rounds, 2)
@@ -216,6 +220,8 @@ async def _removal(url: str, layout: str, args: argparse.Namespace, plan: Plan) 
     with _connect(url, schema) as conn:
         (left,) = conn.execute(SQL["count_older"], {"cutoff": plan.cutoff}).fetchone()
         removal["rows_left_behind"] = left
+        (orphans,) = conn.execute(SQL["orphan_deliveries"]).fetchone()
+        removal["deliveries_left_behind"] = orphans
         result["sizes_after_removal"] = _sizes(conn)
         began = time.perf_counter()
         conn.execute(SQL["vacuum"])

@@ -131,6 +131,12 @@ VACUUM (ANALYZE) messages, message_history, deliveries;
 -- Messages resolved before the cutoff: what a removal takes, and after it, none.
 SELECT count(*) AS messages FROM messages WHERE resolved_at < %(cutoff)s;
 
+-- name: orphan_deliveries
+-- Deliveries whose message is gone: a removal must leave none.
+SELECT count(*) AS deliveries
+FROM deliveries d
+WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = d.message_offset);
+
 -- name: delete_oldest
 -- One batch of the retention job's kind: the oldest resolved messages
 -- older than the cutoff, skipping rows another transaction holds; the
