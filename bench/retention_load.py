@@ -71,6 +71,8 @@ class Load:
             )
             for _ in range(self.clients)
         ]
+        for conn in connections:  # as the coordinator's pool sets up each connection
+            await conn.execute(query("configure_session"))
         self._tasks = [asyncio.create_task(self._client(conn)) for conn in connections]
 
     async def stop(self) -> None:
