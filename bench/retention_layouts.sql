@@ -121,6 +121,10 @@ SELECT id, 'bench-abandoned', topic, resolved_at, resolved_at
 FROM filled
 WHERE state = 'committed' AND id %% 100 = 0;
 
+-- name: empty_tables
+TRUNCATE messages, message_history, deliveries;
+ANALYZE messages, message_history, deliveries;
+
 -- name: analyze
 ANALYZE messages, message_history, deliveries;
 

@@ -173,7 +173,7 @@ def test_retention_layouts_quick(tmp_path: Path, database_url: str, db: psycopg.
     report = json.loads(out.read_text())
     assert set(report["layouts"]) == {"plain", "partitioned"}
     for name, layout in report["layouts"].items():
-        for window in ("empty", "filled"):
+        for window in ("empty", "filled", "emptied"):
             assert layout[window]["messages_per_second"] > 0, (name, window)
             assert len(layout[window]["rounds"]) == 1, (name, window)
         assert layout["filled_vs_empty"] > 0, name
@@ -189,7 +189,7 @@ def test_retention_layouts_quick(tmp_path: Path, database_url: str, db: psycopg.
     assert report["layouts"]["plain"]["removal"]["batches"] == 1
     # One day of messages and one of their history.
     assert report["layouts"]["partitioned"]["removal"]["partitions"] == 2
-    assert set(report["comparison"]["partitioned_vs_plain"]) == {"empty", "filled"}
+    assert set(report["comparison"]["partitioned_vs_plain"]) == {"empty", "filled", "emptied"}
     (left,) = db.execute(
         "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'retention_%'"
     ).fetchone()
