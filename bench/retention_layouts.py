@@ -149,15 +149,20 @@ async def run_layouts(url: str, args: argparse.Namespace) -> dict[str, dict[str,
             conn.execute(SQL["empty_tables"])
     await _rounds(url, args, results, "emptied")
     for result in results.values():
-        empty = (
-            result["empty"]["messages_per_second"] + result["emptied"]["messages_per_second"]
-        ) / 2
-        result["filled_vs_empty"] = _ratio(result["filled"]["messages_per_second"], empty)
-        for window in ("empty", "emptied"):
-            result[f"filled_vs_{window}"] = _ratio(
-                result["filled"]["messages_per_second"], result[window]["messages_per_second"]
-            )
+        result |= filled_ratios(result)
     return results
+
+
+def filled_ratios(result: dict[str, Any]) -> dict[str, float | None]:
+    """The filled layout's throughput against the empty one: against the mean of the
+    two empty measures (before the fill, and truncated at the end) and each alone."""
+    filled = result["filled"]["messages_per_second"]
+    empty, emptied = (result[w]["messages_per_second"] for w in ("empty", "emptied"))
+    return {
+        "filled_vs_empty": _ratio(filled, (empty + emptied) / 2),
+        "filled_vs_empty_before_fill": _ratio(filled, empty),
+        "filled_vs_emptied_at_end": _ratio(filled, emptied),
+    }
 
 
 async def _rounds(

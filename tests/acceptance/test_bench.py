@@ -176,7 +176,8 @@ def test_retention_layouts_quick(tmp_path: Path, database_url: str, db: psycopg.
         for window in ("empty", "filled", "emptied"):
             assert layout[window]["messages_per_second"] > 0, (name, window)
             assert len(layout[window]["rounds"]) == 1, (name, window)
-        assert layout["filled_vs_empty"] > 0, name
+        for ratio in ("filled_vs_empty", "filled_vs_empty_before_fill", "filled_vs_emptied_at_end"):
+            assert layout[ratio] > 0, (name, ratio)
         removal = layout["removal"]
         assert removal["rows"] == 1000, name
         assert removal["rows_left_behind"] == 0, name
