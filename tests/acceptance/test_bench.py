@@ -12,6 +12,7 @@ import httpx
 import psycopg
 import pytest
 
+from bench import retention_layouts
 from bench.grpc_load import TOPIC as GRPC_TOPIC
 from bench.run import main
 from bench.server import coordinator_process
@@ -151,3 +152,46 @@ def test_a_server_runs_the_code_of_the_source_tree_it_is_given(
     with coordinator_process(database_url) as server:
         document = httpx.get(f"{server.url}/openapi.json").json()
     assert document["info"]["version"] != marker
+
+
+def test_retention_layouts_quick(tmp_path: Path, database_url: str, db: psycopg.Connection) -> None:
+    out = tmp_path / "retention.json"
+    # 4,000 messages over 4 days, the oldest day removed: 1,000 messages.
+    retention_layouts.main(
+        [
+            "--database-url", database_url,
+            "--quick",
+            "--rows", "4000",
+            "--days", "4",
+            "--remove", "0.25",
+            "--clients", "2",
+            "--seconds", "0.5",
+            "--rounds", "1",
+            "--out", str(out),
+        ]
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert set(report["layouts"]) == {"plain", "partitioned"}
+    for name, layout in report["layouts"].items():
+        for window in ("empty", "filled", "emptied"):
+            assert layout[window]["messages_per_second"] > 0, (name, window)
+            assert len(layout[window]["rounds"]) == 1, (name, window)
+        for ratio in ("filled_vs_empty", "filled_vs_empty_before_fill", "filled_vs_emptied_at_end"):
+            assert layout[ratio] > 0, (name, ratio)
+        removal = layout["removal"]
+        assert removal["rows"] == 1000, name
+        assert removal["rows_left_behind"] == 0, name
+        assert removal["deliveries_left_behind"] == 0, name
+        for window in ("load_before", "load_during", "load_after"):
+            assert removal[window]["p99_ms"] >= removal[window]["p50_ms"], (name, window)
+        for sizes in ("sizes_filled", "sizes_after_removal", "sizes_after_vacuum"):
+            assert set(layout[sizes]) == {"messages", "message_history", "deliveries"}, name
+            assert layout[sizes]["messages"]["total"] > 0, (name, sizes)
+    assert report["layouts"]["plain"]["removal"]["batches"] == 1
+    # One day of messages and one of their history.
+    assert report["layouts"]["partitioned"]["removal"]["partitions"] == 2
+    assert set(report["comparison"]["partitioned_vs_plain"]) == {"empty", "filled", "emptied"}
+    (left,) = db.execute(
+        "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'retention_%'"
+    ).fetchone()
+    assert left == 0, "the scratch schemas were dropped"
