@@ -72,6 +72,9 @@ class SchedulerConfig:
 @dataclass(frozen=True, slots=True)
 class OverviewConfig:
     producer_ttl_seconds: float
+    # A consumer group that has not received for this long is idle (as retention reports it).
+    idle_consumer_group_hours: float = 168.0
+    retention_enabled: bool = True
 
 
 @dataclass(frozen=True, slots=True)

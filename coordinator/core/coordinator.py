@@ -37,10 +37,12 @@ class Coordinator:
         self.tokens = Tokens(context)  # API tokens: create, list, revoke
         # producers, check-back rounds, operator actions
         self.checkback = CheckBack(context, configs.checkback, self.transactions.end)
-        # the figures of the status page, `coordinator status` and /metrics' gauges
-        self.overview = OverviewReader(context, configs.overview)
         # keeps the tables to size (run by the node's retention job)
         self.retention = Retention(context, configs.retention, self.delivery.take_received_groups)
+        # the figures of the status page, `coordinator status` and /metrics' gauges
+        self.overview = OverviewReader(
+            context, configs.overview, lambda: self.retention.last_result
+        )
 
     @classmethod
     @asynccontextmanager

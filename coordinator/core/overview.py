@@ -6,11 +6,17 @@ never a whole table of messages, history or deliveries. Resolutions per
 minute are the expensive part on a busy coordinator (one row per resolved
 message), so a minute is read from the database until it is complete and
 then kept in memory: a refresh reads only the last minute or two.
+
+The storage figures are read in the same snapshot (the retention job's own
+statements: sizes from the catalog, oldest rows from index heads, idle
+groups from subscriptions); the last retention round is this process's
+own, kept in memory by the retention service.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,9 +40,11 @@ from coordinator.domain.overview import (
     Overview,
     PendingGroup,
     ProducerGroupCount,
+    Storage,
     age_buckets,
 )
 from coordinator.domain.records import record_from_row
+from coordinator.domain.retention import IdleConsumerGroup, RetentionResult, TableFigures
 from coordinator.domain.states import CheckStatus, MessageState, Source
 
 MINUTE = timedelta(minutes=1)
@@ -46,17 +54,28 @@ MINUTE = timedelta(minutes=1)
 SETTLE = timedelta(seconds=15)
 
 
+def _no_round() -> RetentionResult | None:
+    return None
+
+
 class OverviewReader:
     """Reads overviews; keeps the complete minutes' resolutions between reads."""
 
-    def __init__(self, context: CoreContext, config: OverviewConfig) -> None:
+    def __init__(
+        self,
+        context: CoreContext,
+        config: OverviewConfig,
+        last_round: Callable[[], RetentionResult | None] = _no_round,
+    ) -> None:
         self._context = context
         self._config = config
+        self._last_round = last_round  # this process's last retention round, if any
         self._complete_minutes: dict[datetime, MinuteCounts] = {}
 
-    async def read(self, minutes: int = DEFAULT_MINUTES) -> Overview:
+    async def read(self, minutes: int = DEFAULT_MINUTES, *, storage: bool = True) -> Overview:
         """The overview now, with resolutions per minute over the last `minutes` minutes
-        (none for 0: /metrics' gauges need none)."""
+        (none for 0: /metrics' gauges need none), and the storage figures unless `storage`
+        is false (/metrics has them from the retention rounds)."""
         if not 0 <= minutes <= MAX_MINUTES:
             raise InvalidMessage(f"minutes must be between 0 and {MAX_MINUTES}, got {minutes}")
         async with self._context.pool.connection() as conn, conn.transaction():
@@ -78,6 +97,7 @@ class OverviewReader:
                 {"producer_ttl_seconds": self._config.producer_ttl_seconds},
             )
             consumers = await fetch_all(conn, "consumer_figures", {"limit": COUNT_LIMIT})
+            stored = await self._storage(conn, now) if storage else None
         groups = _pending_groups(pending_rows, now)
         by_bucket: dict[int, int] = defaultdict(int)
         for row in pending_rows:
@@ -93,6 +113,28 @@ class OverviewReader:
             check_backs=_check_backs(groups, checks, producer_counts),
             producers=producer_counts,
             consumers=tuple(record_from_row(ConsumerFigures, row) for row in consumers),
+            storage=stored,
+        )
+
+    async def _storage(self, conn: AsyncConnection[Any], now: datetime) -> Storage:
+        tables = await fetch_all(conn, "retention_table_figures", {"now": now})
+        cutoff = now - timedelta(hours=self._config.idle_consumer_group_hours)
+        idle = await fetch_all(conn, "retention_idle_consumer_groups", {"cutoff": cutoff})
+        return Storage(
+            tables=tuple(
+                TableFigures(
+                    row["name"], int(row["bytes"]), int(row["rows"]), row["oldest_age_seconds"]
+                )
+                for row in tables
+            ),
+            idle_consumer_groups=tuple(
+                IdleConsumerGroup(
+                    row["consumer_group"], row["last_received_at"], int(row["pending"])
+                )
+                for row in idle
+            ),
+            retention_enabled=self._config.retention_enabled,
+            last_round=self._last_round(),
         )
 
     async def _minutes(

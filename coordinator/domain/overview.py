@@ -3,8 +3,10 @@
 One `Overview` is read in one database snapshot (core/overview.py), so its
 figures add up: the pending half messages by age and by producer group, the
 oldest of them, resolutions per minute, check-back activity per producer
-group, live producers, and per consumer group and topic the lag, in-flight
-deliveries and dead letters.
+group, live producers, per consumer group and topic the lag, in-flight
+deliveries and dead letters, and the storage: the size of each table the
+retention job keeps, its oldest row, the idle consumer groups, and the last
+retention round of the node that read it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from coordinator.domain.retention import IdleConsumerGroup, RetentionResult, TableFigures
 from coordinator.domain.states import CheckStatus
 
 # Lower bounds (seconds) of the age buckets of pending half messages after the
@@ -128,6 +131,18 @@ class ConsumerFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class Storage:
+    """What the tables the retention job keeps hold, and what it last did."""
+
+    tables: tuple[TableFigures, ...]
+    idle_consumer_groups: tuple[IdleConsumerGroup, ...]
+    # Whether the node that read the overview runs retention rounds.
+    retention_enabled: bool
+    # That node's last round; None: it has run none yet (or is no node: the CLI).
+    last_round: RetentionResult | None
+
+
+@dataclass(frozen=True, slots=True)
 class Overview:
     at: datetime  # the database's clock when the figures were read
     pending: int
@@ -139,6 +154,7 @@ class Overview:
     check_backs: tuple[CheckBackGroup, ...]
     producers: tuple[ProducerGroupCount, ...]
     consumers: tuple[ConsumerFigures, ...]
+    storage: Storage | None = None  # None: not read (/metrics' gauges need none)
 
     @property
     def oldest_age(self) -> timedelta | None:

@@ -152,8 +152,10 @@ async def prometheus_metrics(
         authenticator: Authenticator = request.app.state.authenticator
         authenticator.authenticate(request.headers.get("authorization")).require_metrics()
     await core.checkback.refresh_gauges()
-    # The database's gauges: the overview without its resolutions per minute.
+    # The database's gauges: the overview without its resolutions per minute and its
+    # storage (the retention rounds set those gauges).
     set_database_gauges(
-        await core.overview.read(minutes=0), request.app.state.settings.max_metric_label_values
+        await core.overview.read(minutes=0, storage=False),
+        request.app.state.settings.max_metric_label_values,
     )
     return Response(content=exposition(), media_type=CONTENT_TYPE_LATEST)

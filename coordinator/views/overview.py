@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from coordinator.domain.overview import COUNT_LIMIT, RECENT_CHECK_SECONDS, Overview
 from coordinator.domain.states import CheckStatus
 from coordinator.views.records import RecordOut
+from coordinator.views.storage import StorageOut
 
 
 class AgeBucketOut(RecordOut):
@@ -108,6 +109,11 @@ class OverviewOut(BaseModel):
     check_backs: list[CheckBackGroupOut]
     producers: list[ProducerGroupOut]
     consumers: list[ConsumerOut]
+    storage: StorageOut | None = Field(
+        default=None,
+        description="Table sizes, oldest rows, idle consumer groups and the last retention "
+        "round; null where not read.",
+    )
 
     @classmethod
     def of(cls, overview: Overview) -> OverviewOut:
@@ -147,4 +153,5 @@ class OverviewOut(BaseModel):
             check_backs=[CheckBackGroupOut.of(c) for c in overview.check_backs],
             producers=[ProducerGroupOut.of(p) for p in overview.producers],
             consumers=[ConsumerOut.of(c) for c in overview.consumers],
+            storage=StorageOut.of(overview.storage) if overview.storage is not None else None,
         )
