@@ -182,3 +182,51 @@ def expected_figures(db: psycopg.Connection) -> dict[str, Any]:
         "live": live,
         "check_statuses": check_statuses,
     }
+
+
+# A node with these settings finds work for its retention round in the seeded
+# data once `age_for_retention` ran: the dead letter goes, billing is idle.
+RETENTION_OVERRIDES: dict[str, Any] = {
+    "dead_letter_retention_hours": 1.0,
+    "idle_consumer_group_hours": 1.0,
+}
+STORED_TABLES = ("messages", "message_history", "deliveries", "dead_letters")
+
+
+def age_for_retention(db: psycopg.Connection) -> None:
+    """The seeded dead letter died two hours ago; billing subscribed then and (as far as
+    the database knows) never received since. Tables analyzed: their estimates are exact."""
+    db.execute("UPDATE dead_letters SET dead_at = now() - interval '2 hours'")
+    db.execute(
+        "UPDATE subscriptions SET created_at = now() - interval '2 hours', last_received_at = NULL"
+    )
+    for table in STORED_TABLES:
+        db.execute(f"ANALYZE {table}")
+
+
+def expected_storage(db: psycopg.Connection) -> dict[str, Any]:
+    """Each table's bytes, rows and oldest row's age, and billing's pending deliveries, read
+    with SQL of the test's own."""
+    tables: dict[str, dict[str, Any]] = {}
+    # The oldest row kept is the first one written (rows are written in time order;
+    # the seed moves some births back, which the first row's is not).
+    for table, born, first in (
+        ("messages", "born_at", "id"),
+        ("message_history", "at", "id"),
+        ("deliveries", "committed_at", "id"),
+        ("dead_letters", "dead_at", "dead_at"),
+    ):
+        size, rows = db.execute(
+            f"SELECT pg_total_relation_size(%s::regclass), (SELECT count(*) FROM {table})",
+            (table,),
+        ).fetchone()
+        row = db.execute(
+            f"SELECT extract(epoch FROM now() - {born})::float8 FROM {table} "
+            f"ORDER BY {first} LIMIT 1"
+        ).fetchone()
+        oldest = row[0] if row else None
+        tables[table] = {"bytes": size, "rows": rows, "oldest_age_seconds": oldest}
+    (pending,) = db.execute(
+        "SELECT count(*) FROM deliveries WHERE consumer_group = %s", (BILLING,)
+    ).fetchone()
+    return {"tables": tables, "billing_pending": pending}

@@ -15,8 +15,8 @@ from coordinator.cli.common import (
     run_async,
     settings_from,
 )
+from coordinator.cli.formats import age
 from coordinator.cli.inspect import PRODUCER_GROUP_OPTION, TOPIC_OPTION, _find
-from coordinator.cli.status import age
 from coordinator.cli.tables import Column, print_table
 from coordinator.domain.checkback import OperatorResult
 from coordinator.domain.states import Resolution

@@ -2,8 +2,9 @@
 
 The same overview as GET /v1/overview (core/overview.py): half messages
 pending by age and the oldest of them, resolutions per minute, check-backs
-per producer group, live producers, and per consumer group the lag, in
-flight and dead letters. `--json` prints the endpoint's JSON.
+per producer group, live producers, per consumer group the lag, in
+flight and dead letters, and the storage (status_storage.py). `--json`
+prints the endpoint's JSON.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import signal
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from datetime import timedelta
 
 import typer
 from rich.console import Group, RenderableType
@@ -22,6 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.cli.common import JSON_OPTION, console, open_core, print_json, run_async
+from coordinator.cli.formats import age
+from coordinator.cli.status_storage import storage_parts
 from coordinator.cli.tables import Column, fitted
 from coordinator.core import Coordinator
 from coordinator.domain.overview import MAX_MINUTES, MinuteCounts, Overview
@@ -43,17 +45,6 @@ STATE_NAMES = {
     "expired": "expired",
     "by_check": "answered by check-back",
 }
-
-
-def age(delta: timedelta | float | None) -> str:
-    if delta is None:
-        return "-"
-    seconds = int(delta.total_seconds() if isinstance(delta, timedelta) else delta)
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{seconds:02d}s"
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
 def _times(count: int) -> str:
@@ -249,6 +240,8 @@ def render(overview: Overview, *, width: int, footer: str = "") -> RenderableTyp
                 width,
             )
         )
+    if overview.storage is not None:
+        parts += storage_parts(overview.storage, overview.at, width)
     if footer:
         parts += [Text(""), Text(footer, style="italic")]
     return Group(*parts)
@@ -270,8 +263,9 @@ def status(
         None, "--iterations", min=1, hidden=True, help="Stop --watch after this many reads."
     ),
 ) -> None:
-    """Pending half messages by age, resolutions per minute, check-backs, producers and
-    consumer groups: the status page's figures. --watch keeps them live (Ctrl-C ends it)."""
+    """Pending half messages by age, resolutions per minute, check-backs, producers,
+    consumer groups and storage: the status page's figures. --watch keeps them live
+    (Ctrl-C ends it)."""
     try:
         _status(ctx, watch, interval, minutes, as_json, iterations)
     except (KeyboardInterrupt, asyncio.CancelledError):

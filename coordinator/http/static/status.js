@@ -32,6 +32,17 @@ function age(seconds) {
   return `${Math.floor(h / 24)} d ${h % 24} h`;
 }
 
+// Bytes in binary units, one decimal from KiB up.
+function size(bytes) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes, unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
 function hhmm(iso) {
   const d = new Date(iso);
   return `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
@@ -126,6 +137,56 @@ function drawAges(buckets) {
   $("age-chart").replaceChildren(chart);
 }
 
+// Each table's size, rows and oldest row, a bar of its size beside it; the
+// last retention round of the node that answered; the idle consumer groups.
+function showStorage(storage, at) {
+  const tables = storage ? storage.tables : [];
+  const most = Math.max(...tables.map((t) => t.bytes), 1);
+  fill("tables", tables, "tables-empty", (tr, t) => {
+    tr.dataset.table = t.table;
+    cell(tr, t.table, "name");
+    const bytes = cell(tr, size(t.bytes), "n");
+    bytes.dataset.field = "bytes";
+    bytes.dataset.bytes = t.bytes;
+    bytes.title = `${count(t.bytes)} bytes`;
+    const bar = svg("svg", { viewBox: "0 0 100 12", preserveAspectRatio: "none" });
+    bar.append(svg("rect", { x: 0, y: 1, height: 10, width: Math.max((100 * t.bytes) / most, 0.5) }));
+    tr.insertCell().className = "bar";
+    tr.cells[2].append(bar);
+    cell(tr, count(t.rows), "n").dataset.field = "rows";
+    const oldest = cell(tr, t.oldest_age_seconds === null ? "empty" : age(t.oldest_age_seconds), "n");
+    oldest.dataset.field = "oldest_age";
+  });
+  const round = storage ? storage.last_round : null;
+  const line = $("last-round");
+  if (round) {
+    const when = round.started_at ? new Date(round.started_at).toLocaleTimeString() : "failed";
+    const ago = round.started_at ? `, ${age((new Date(at) - new Date(round.started_at)) / 1000)} ago` : "";
+    line.textContent = `started ${when}${ago}, took ${round.duration_seconds.toFixed(3)} s; removed:`;
+    line.className = "round";
+  } else if (storage && !storage.retention_enabled) {
+    line.textContent = "Retention is disabled on this node (retention_enabled = false): " +
+      "its rounds remove nothing. Another node may run them.";
+    line.className = "round none";
+  } else {
+    line.textContent = "This node has not run a retention round yet: it runs one when it " +
+      "starts, then every retention_interval_seconds.";
+    line.className = "round none";
+  }
+  $("removed").hidden = !round;
+  for (const kind of ["messages", "unacked_deliveries", "dead_letters", "consumer_groups"]) {
+    $(`removed-${kind}`).textContent = round ? count(round.removed[kind] || 0) : "0";
+  }
+  $("removed-consumer_groups").title = round ? round.removed_consumer_groups.join(", ") : "";
+  const idle = storage ? storage.idle_consumer_groups : [];
+  fill("idle-groups", idle, "idle-groups-empty", (tr, g) => {
+    tr.dataset.group = g.consumer_group;
+    cell(tr, g.consumer_group, "name");
+    cell(tr, `${age((new Date(at) - new Date(g.last_received_at)) / 1000)} ago`, "n");
+    cell(tr, count(g.pending), g.pending > 0 ? "n bad" : "n").dataset.field = "pending";
+  });
+}
+
 function show(overview) {
   const sum = (items, key) => items.reduce((total, item) => total + item[key], 0);
   $("pending-total").textContent = count(overview.pending);
@@ -184,6 +245,7 @@ function show(overview) {
     const oldest = c.oldest_pending_at ? (now - new Date(c.oldest_pending_at)) / 1000 : null;
     cell(tr, age(oldest), "n");
   });
+  showStorage(overview.storage, overview.at);
   $("figures").hidden = false;
   $("state").textContent = `as of ${new Date(overview.at).toLocaleTimeString()}, ` +
     `refreshed every ${REFRESH_MS / 1000} s`;
