@@ -19,6 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from coordinator.cli import app
+from coordinator.cli.formats import size
+from coordinator.cli.status_storage import NO_ROUND
 from coordinator.core import Coordinator
 from coordinator.domain.states import Resolution
 from tests.factories import end
@@ -26,7 +28,10 @@ from tests.overview_data import (
     BILLING,
     ORDER_SVC,
     PAYMENT_SVC,
+    STORED_TABLES,
+    age_for_retention,
     expected_figures,
+    expected_storage,
     overview_settings,
     seed,
 )
@@ -92,6 +97,37 @@ def test_status_json_is_the_overview_endpoints_answer(
     assert len(seen["minutes"]) == 5
     assert seen["consumers"][0]["lag"] == expected["lag"]
     assert seen["oldest"][0]["transaction_id"] == expected["oldest_transaction_id"]
+
+
+def test_status_shows_the_storage_and_says_it_runs_no_retention_round(
+    database_url: str, seeded: None, db: psycopg.Connection
+) -> None:
+    age_for_retention(db)  # billing idle for 2 hours, its tables analyzed
+    env = {**WIDE, "COORDINATOR_IDLE_CONSUMER_GROUP_HOURS": "1"}
+    shown, as_json = (
+        runner.invoke(
+            app, ["--database-url", database_url, "status", *extra], env=env, catch_exceptions=False
+        )
+        for extra in ([], ["--json"])
+    )
+    expected = expected_storage(db)
+    assert shown.exit_code == 0, shown.output
+    out = shown.output
+    for table, figures in expected["tables"].items():
+        rows = f"{figures['rows']:,}"
+        assert re.search(rf"{table}\s+{re.escape(size(figures['bytes']))}\s+{rows}\s", out), table
+    assert re.search(r"dead_letters\s+\S+ KiB\s+1\s+2h00m\d\ds\n", out)
+    assert " ".join(NO_ROUND.split()) in " ".join(out.split())
+    assert re.search(rf"{BILLING}\s+2h00m\d\ds ago\s+{expected['billing_pending']}\n", out)
+
+    assert as_json.exit_code == 0, as_json.output
+    storage = json.loads(as_json.output)["storage"]
+    assert [t["table"] for t in storage["tables"]] == list(STORED_TABLES)
+    assert {t["table"]: t["rows"] for t in storage["tables"]} == {
+        table: figures["rows"] for table, figures in expected["tables"].items()
+    }
+    assert storage["last_round"] is None
+    assert [g["consumer_group"] for g in storage["idle_consumer_groups"]] == [BILLING]
 
 
 def test_watch_reads_again_every_interval(database_url: str, seeded: None) -> None:
