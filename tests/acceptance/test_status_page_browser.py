@@ -30,7 +30,11 @@ from tests.overview_data import (
     ORDER_SVC,
     ORDERS,
     PAYMENT_SVC,
+    RETENTION_OVERRIDES,
+    STORED_TABLES,
+    age_for_retention,
     expected_figures,
+    expected_storage,
     overview_settings,
     seed,
 )
@@ -150,6 +154,40 @@ def test_the_page_shows_what_the_database_holds_and_follows_it(
     _shows(page, "#window-committed", str(expected["committed"] + 1))
     _shows(page, f'#producers tr[data-group="{PAYMENT_SVC}"] td[data-field="live"]', "1")
     assert page.locator(f'#oldest tbody tr[data-transaction-id="{oldest}"]').count() == 0
+
+
+def test_the_storage_panel_shows_the_tables_and_the_nodes_last_round(
+    seeded: None, database_url: str, db: psycopg.Connection, page_of: Callable[[], Any]
+) -> None:
+    age_for_retention(db)  # the dead letter is past its retention, billing idle
+    # The node's first round runs as it starts; the next one not within the test.
+    settings = overview_settings(**RETENTION_OVERRIDES, retention_interval_seconds=3600)
+    with LiveServer(database_url, settings) as server:
+        page = page_of()
+        page.goto(f"{server.url}/?refresh=1")
+        _shows(page, "#removed-dead_letters", "1")
+        assert _text(page, "#removed-messages") == "0"
+        assert _text(page, "#last-round").startswith("started ")
+
+        db.execute("ANALYZE dead_letters")  # the estimate after the round's delete
+        expected = expected_storage(db)
+        for table in STORED_TABLES:
+            figures = expected["tables"][table]
+            row = f'#tables tr[data-table="{table}"]'
+            _shows(page, f'{row} td[data-field="rows"]', f"{figures['rows']:,}")
+            bytes_cell = page.locator(f'{row} td[data-field="bytes"]')
+            assert bytes_cell.get_attribute("data-bytes") == str(figures["bytes"]), table
+            assert (bytes_cell.text_content() or "").endswith("KiB"), table
+            assert page.locator(f"{row} td.bar svg rect").count() == 1
+        assert _text(page, '#tables tr[data-table="dead_letters"] td[data-field="oldest_age"]') == (
+            "empty"
+        )
+        assert _text(page, '#tables tr[data-table="messages"] td[data-field="oldest_age"]') != (
+            "empty"
+        )
+        idle = f'#idle-groups tr[data-group="{BILLING}"] td[data-field="pending"]'
+        assert _text(page, idle) == str(expected["billing_pending"])
+        assert page.locator("#idle-groups-empty").is_hidden()
 
 
 def test_the_page_asks_for_a_token_and_keeps_it_for_the_tab(
