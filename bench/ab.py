@@ -6,11 +6,13 @@
 
 The base (and a candidate given as a revision) is checked out in a temporary
 git worktree, removed at the end. Both sides serve the same database on the
-same embedded Postgres, one after the other, in an order that alternates each
-round (base first, then candidate first); pgbench's raw SQL limit is measured
-in every round too. On a shared, noisy machine a drift hits both sides alike,
-so the figure that counts is the candidate/base ratio within each round,
-summarised by its median over the rounds.
+same embedded Postgres (when their migration heads differ: a database each,
+migrated by its own code, on that same Postgres), one after the other, in an
+order that alternates each round (base first, then candidate first);
+pgbench's raw SQL limit is measured in every round too. On a shared, noisy
+machine a drift hits both sides alike, so the figure that counts is the
+candidate/base ratio within each round, summarised by its median over the
+rounds.
 """
 
 from __future__ import annotations
@@ -27,18 +29,22 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.engine import make_url
 
 from bench.baseline import BaselineResult, run_baseline
-from bench.database import bench_database
+from bench.database import BenchDatabase, bench_database
 from bench.http_load import LoadResult, run_batches, run_single
 from bench.run import RESULTS, batch_producers, load_figures
 from bench.server import coordinator_process
+from coordinator.db.migrate import head_revisions
 
 console = Console(width=140)
 # The tree this module belongs to: the default candidate, and the repository
@@ -65,6 +71,7 @@ class Side:
     tree: Path
     commit: str
     uncommitted_changes: bool
+    head: str = ""  # its migration head, read by its own code
 
     def describe(self) -> str:
         changes = ", with uncommitted changes" if self.uncommitted_changes else ""
@@ -111,7 +118,7 @@ def compare_revisions(
         with ExitStack() as cleanup:
             base = _side(cleanup, "base", args.base)
             candidate = _side(cleanup, "candidate", args.candidate)
-            _require_one_migration_head(base, candidate)
+            base, candidate = _with_migration_heads(base, candidate)
             report = compare(base, candidate, args)
     except Refusal as refusal:
         console.print(f"[red]{refusal}[/red]")
@@ -165,14 +172,14 @@ def _git(directory: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def _require_one_migration_head(*sides: Side) -> None:
-    """Both sides serve one database, so their schemas must be the same migration head.
+def _with_migration_heads(*sides: Side) -> list[Side]:
+    """The sides, each with its migration head read by its own code.
 
-    Each side's head is read by its own code, in a process that imports it the way its
-    server will (bench.server.coordinator_process's `source`); that it imports the side's
-    tree is checked too.
+    Each head is read in a process that imports the side's code the way its server will
+    (bench.server.coordinator_process's `source`); that it imports the side's tree is
+    checked too.
     """
-    heads = {}
+    read = []
     for side in sides:
         probe = subprocess.run(
             [sys.executable, "-c", _PROBE],
@@ -189,13 +196,63 @@ def _require_one_migration_head(*sides: Side) -> None:
         package, head = probe.stdout.strip().splitlines()
         if not Path(package).resolve().is_relative_to(side.tree):
             raise Refusal(f"The {side.name}'s code was imported from {package}, not its tree.")
-        heads[side.name] = head
-    if len(set(heads.values())) > 1:
-        raise Refusal(
-            "The two revisions have different migration heads "
-            f"(base {heads['base']}, candidate {heads['candidate']}), so one database cannot "
-            "serve both; compare revisions with the same schema."
+        read.append(replace(side, head=head))
+    return read
+
+
+@contextmanager
+def side_databases(database: BenchDatabase, sides: dict[str, Side]) -> Iterator[dict[str, str]]:
+    """The database URL each side serves.
+
+    Sides with this process's migration head share `database`, which it migrated. When
+    a side's schema differs (a change that adds a migration), each side gets a database
+    of its own in the same PostgreSQL, migrated by its own code (`coordinator db
+    upgrade` run from its tree) and dropped at the end: the same server, so the
+    comparison stays fair.
+    """
+    own = " ".join(sorted(head_revisions()))
+    if all(side.head == own for side in sides.values()):
+        yield dict.fromkeys(sides, database.url)
+        return
+    urls: dict[str, str] = {}
+    admin = psycopg.connect(database.url, autocommit=True)
+
+    def drop(dbname: str) -> None:
+        statement = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+        admin.execute(statement.format(sql.Identifier(dbname)))
+
+    try:
+        for name, side in sides.items():
+            dbname = f"ab_{name}"
+            drop(dbname)
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+            urls[name] = (
+                make_url(database.url).set(database=dbname).render_as_string(hide_password=False)
+            )
+            upgrade = ["--database-url", urls[name], "db", "upgrade"]
+            migrated = subprocess.run(
+                [sys.executable, "-m", "coordinator", *upgrade],
+                cwd=side.tree,
+                env={**os.environ, "PYTHONPATH": str(side.tree)},
+                capture_output=True,
+                text=True,
+            )
+            if migrated.returncode != 0:
+                raise Refusal(
+                    f"The {side.name}'s database could not be migrated by its code: "
+                    f"{(migrated.stderr.strip().splitlines() or ['no error output'])[-1]}"
+                )
+        console.print(
+            "the sides' migration heads differ "
+            f"({', '.join(f'{n} {s.head}' for n, s in sides.items())}): each serves a "
+            "database of its own, in the same PostgreSQL"
         )
+        yield urls
+    finally:
+        for dbname in (f"ab_{name}" for name in sides):
+            with suppress(psycopg.Error):
+                drop(dbname)
+        admin.close()
 
 
 def _compare(base: Side, candidate: Side, args: argparse.Namespace) -> dict:
@@ -204,8 +261,7 @@ def _compare(base: Side, candidate: Side, args: argparse.Namespace) -> dict:
     batchers = batch_producers(args.concurrency)
     console.print(f"base: {base.describe()}, candidate: {candidate.describe()}")
     rounds = []
-    # The database is migrated by this process's code: the same head as both sides'.
-    with bench_database(None) as database:
+    with bench_database(None) as database, side_databases(database, sides) as urls:
         for number in range(1, args.rounds + 1):
             order = SIDES if number % 2 else SIDES[::-1]
             measured: dict = {"round": number, "order": list(order), "baseline": []}
@@ -215,7 +271,7 @@ def _compare(base: Side, candidate: Side, args: argparse.Namespace) -> dict:
                 measured["baseline"].append(asdict(result))
                 _print_run(number, "baseline", f"{clients} clients", result)
             for name in order:
-                measured[name] = _measure_side(database.url, sides[name], number, batchers, args)
+                measured[name] = _measure_side(urls[name], sides[name], number, batchers, args)
             rounds.append(measured)
     return {
         "started_at": started_at,

@@ -34,6 +34,7 @@ from bench.ab import (
     _spread,
     compare_revisions,
     console,
+    side_databases,
 )
 from bench.baseline import run_baseline
 from bench.cpu import CpuMeter, per_message, postmaster_pid
@@ -71,7 +72,7 @@ def _compare(base: Side, candidate: Side, args: argparse.Namespace) -> dict:
     sides = {"base": base, "candidate": candidate}
     console.print(f"base: {base.describe()}, candidate: {candidate.describe()}")
     rounds = []
-    with bench_database(None) as database:
+    with bench_database(None) as database, side_databases(database, sides) as urls:
         postmaster = postmaster_pid(database.url)
         for number in range(1, args.rounds + 1):
             order = SIDES if number % 2 else SIDES[::-1]
@@ -88,7 +89,7 @@ def _compare(base: Side, candidate: Side, args: argparse.Namespace) -> dict:
                 measured["floor"].append(load_figures(load) | {"cpu_per_message": cpu})
                 _print(number, "floor", clients, load.messages_per_second, cpu)
             for name in order:
-                measured[name] = _measure_side(database.url, postmaster, sides[name], number, args)
+                measured[name] = _measure_side(urls[name], postmaster, sides[name], number, args)
             rounds.append(measured)
     return {
         "started_at": started_at,
