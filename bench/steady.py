@@ -3,7 +3,7 @@
 
     python -m bench.steady                      # ~5 minutes, embedded PostgreSQL
     python -m bench.steady --minutes 30         # longer
-    python -m bench.steady --quick              # ~40 s, a few seconds' retention (smoke test)
+    python -m bench.steady --quick              # 30 s, a few seconds of retention (smoke test)
     python -m bench.steady --database-url postgresql://...   # yours (it writes to it)
 
 A `coordinator serve` process runs with a short retention (`retention_hours`:
@@ -52,7 +52,7 @@ REMOVED = re.compile(r'^coordinator_retention_removed_total\{kind="(\w+)"\} (\S+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = _parser().parse_args(argv)
     if args.quick:
-        args.minutes, args.lifetime, args.interval, args.window = 0.6, 6.0, 1.0, 3.0
+        args.minutes, args.lifetime, args.interval, args.window = 0.5, 6.0, 1.0, 3.0
         args.rate = min(args.rate, 100.0)
     settings = {
         "rate": args.rate,
@@ -92,9 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.steady", description=__doc__)
     parser.add_argument("--database-url", help="yours (default: a fresh embedded PostgreSQL)")
     parser.add_argument("--minutes", type=float, default=5.0, help="length of the load")
-    parser.add_argument("--quick", action="store_true", help="~40 s with a tiny retention")
+    parser.add_argument("--quick", action="store_true", help="30 s with a tiny retention")
     parser.add_argument("--rate", type=float, default=200.0, help="transactions a second")
-    parser.add_argument("--producers", type=int, default=4, help="producer connections")
+    parser.add_argument(
+        "--producers", type=int, default=16, help="producer connections (each keeps rate / N)"
+    )
     parser.add_argument(
         "--rollback-every", type=int, default=5, help="every Nth transaction is rolled back"
     )
@@ -112,13 +114,15 @@ async def _run(url: str, database_url: str, args: argparse.Namespace) -> dict[st
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await load.start()
         began = time.perf_counter()
-        end = began + args.minutes * 60
         snapshots: list[Snapshot] = []
         bounds: list[tuple[float, float]] = []
         since = began
         try:
-            while since + args.window <= end + 1e-6:
-                await asyncio.sleep(max(0.0, since + args.window - time.perf_counter()))
+            for index in range(max(1, round(args.minutes * 60 / args.window))):
+                # Fixed boundaries: reading the tables does not push the windows later.
+                await asyncio.sleep(
+                    max(0.0, began + (index + 1) * args.window - time.perf_counter())
+                )
                 until = time.perf_counter()
                 rows = await (await conn.execute(SQL["table_figures"])).fetchall()
                 snapshots.append(Snapshot(until, {name: (n, size) for name, n, size in rows}))
