@@ -125,7 +125,8 @@ async def _run(url: str, database_url: str, args: argparse.Namespace) -> dict[st
                 )
                 until = time.perf_counter()
                 rows = await (await conn.execute(SQL["table_figures"])).fetchall()
-                snapshots.append(Snapshot(until, {name: (n, size) for name, n, size in rows}))
+                tables = {name: (n, size) for name, n, size in rows}
+                snapshots.append(Snapshot(until, tables, round(os.getloadavg()[0], 2)))
                 bounds.append((since, until))
                 since = until
         finally:

@@ -24,10 +24,12 @@ SPEED_TARGET = 1.25
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The tables at one moment: {table: (rows, bytes)}."""
+    """The tables at one moment: {table: (rows, bytes)}, and the machine's 1-minute
+    load average then (the run shares its cores with whatever else runs)."""
 
     at: float
     tables: dict[str, tuple[int, int]]
+    load_average: float
 
     @property
     def rows(self) -> int:
@@ -64,6 +66,7 @@ def window(samples: Samples, since: float, until: float, snapshot: Snapshot) -> 
         },
         "rows": snapshot.rows,
         "bytes": snapshot.bytes,
+        "load_average": snapshot.load_average,
         "tables": {
             name: {"rows": rows, "bytes": size} for name, (rows, size) in snapshot.tables.items()
         },
@@ -156,7 +159,8 @@ def _at_most(ratio: float | None, target: float) -> bool:
 
 def print_report(console: Console, report: dict[str, Any]) -> None:
     table = Table(title="Steady state: one row per window (tables as read at its end)")
-    for column in ("end s", "msg/s", "p50 ms", "p99 ms", "consumed/s", "rows", "MB", "steady"):
+    columns = ("end s", "msg/s", "p50 ms", "p99 ms", "consumed/s", "rows", "MB", "load", "steady")
+    for column in columns:
         table.add_column(column, justify="right")
     for w in report["windows"]:
         consumed = " / ".join(f"{v:.0f}" for v in w["consumed_per_second"].values())
@@ -168,6 +172,7 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
             consumed,
             f"{w['rows']:,}",
             f"{w['bytes'] / 1e6:.1f}",
+            f"{w['load_average']:.1f}",
             "yes" if w["steady"] else "",
         )
     console.print(table)

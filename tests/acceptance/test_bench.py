@@ -215,6 +215,7 @@ def test_steady_quick(tmp_path: Path) -> None:
     assert 3 <= len(steady) < len(windows), "the windows before retention started are left out"
     for w in windows:
         assert w["p99_ms"] >= w["p50_ms"] >= 0
+        assert w["load_average"] >= 0
         assert set(w["consumed_per_second"]) == set(CONSUMER_GROUPS)
         assert set(w["tables"]) == {
             "messages", "message_history", "deliveries", "dead_letters", "check_requests"
