@@ -167,7 +167,8 @@ def _report(
             "messages": sum(1 for done, _, _ in samples.transactions if done < last_end),
             "committed": sum(1 for done, _, ok in samples.transactions if done < last_end and ok),
             "consumed": {
-                group: sum(n for _, n in samples.consumed[group]) for group in CONSUMER_GROUPS
+                group: sum(n for at, n in samples.consumed[group] if at < last_end)
+                for group in CONSUMER_GROUPS
             },
             "behind": samples.behind,
             "retention_removed": removed,
