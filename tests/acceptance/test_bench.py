@@ -16,6 +16,8 @@ from bench import retention_layouts
 from bench.grpc_load import TOPIC as GRPC_TOPIC
 from bench.run import main
 from bench.server import coordinator_process
+from bench.steady_load import CONSUMER_GROUPS
+from tests.processes import live_processes
 
 pytestmark = pytest.mark.slow
 
@@ -195,3 +197,43 @@ def test_retention_layouts_quick(tmp_path: Path, database_url: str, db: psycopg.
         "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'retention_%'"
     ).fetchone()
     assert left == 0, "the scratch schemas were dropped"
+
+
+def test_steady_quick(tmp_path: Path) -> None:
+    out = tmp_path / "steady.json"
+    # As users run it: its own embedded PostgreSQL, its own server.
+    subprocess.run(
+        [sys.executable, "-m", "bench.steady", "--quick", "--out", str(out)],
+        cwd=REPOSITORY,
+        check=True,
+        timeout=300,
+    )
+    report = json.loads(out.read_text())
+    windows = report["windows"]
+    assert len(windows) >= 6
+    steady = [w for w in windows if w["steady"]]
+    assert 3 <= len(steady) < len(windows), "the windows before retention started are left out"
+    for w in windows:
+        assert w["p99_ms"] >= w["p50_ms"] >= 0
+        assert w["load_average"] >= 0
+        assert set(w["consumed_per_second"]) == set(CONSUMER_GROUPS)
+        assert set(w["tables"]) == {
+            "messages", "message_history", "deliveries", "dead_letters", "check_requests"
+        }  # fmt: skip
+        assert w["rows"] == sum(t["rows"] for t in w["tables"].values())
+        assert w["bytes"] == sum(t["bytes"] for t in w["tables"].values())
+    comparison = report["comparison"]
+    figures = {"bytes", "rows", "p50_ms", "messages_per_second"}
+    assert set(comparison["last_vs_first"]) == set(comparison["pass"]) == figures
+    assert comparison["passed"] == all(comparison["pass"].values())
+    first, last = comparison["windows"]["first"], comparison["windows"]["last"]
+    assert len(first) == len(last) >= 1 and max(first) < min(last)
+    totals = report["totals"]
+    assert totals["committed"] < totals["messages"], "some transactions were rolled back"
+    # Both groups consumed, and retention removed messages during the run.
+    assert all(n > 0 for n in totals["consumed"].values())
+    assert totals["retention_removed"]["messages"] > 0
+    # Every process it started is gone: its server and its PostgreSQL.
+    assert set(report["processes"]) == {"coordinator", "postgres"}
+    assert report["processes_left_running"] == []
+    assert live_processes(report["processes"].values()) == []
