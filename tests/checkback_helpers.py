@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
 
 from coordinator.config import Settings
 from coordinator.core.checkback import CheckBack
-from coordinator.domain.checkback import RoundResult
+from coordinator.domain.checkback import CheckRequest, RoundResult
 
 T = TypeVar("T")
 
@@ -82,3 +83,21 @@ async def settled_round(checkback: CheckBack) -> RoundResult:
     result = await checkback.run_round()
     await checkback.settle()
     return result
+
+
+def pushed_check_request() -> CheckRequest:
+    """A check request as a push carries it, for tests that need one but no database."""
+    return CheckRequest(
+        offset=7,
+        message_id="M",
+        transaction_id="T",
+        producer_group="g",
+        check_count=1,
+        topic="orders",
+        tags=None,
+        keys=(),
+        properties={},
+        body=b"hi",
+        message_group=None,
+        born_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -19,28 +18,11 @@ import pytest
 from coordinator.config import Settings
 from coordinator.core.checkback import push
 from coordinator.core.configs import ServiceConfigs
-from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.states import Resolution
+from tests.checkback_helpers import pushed_check_request
 
 LIMIT = 1024
 CHUNK = 16 * 1024
-
-
-def _request() -> CheckRequest:
-    return CheckRequest(
-        offset=7,
-        message_id="M",
-        transaction_id="T",
-        producer_group="g",
-        check_count=1,
-        topic="orders",
-        tags=None,
-        keys=(),
-        properties={},
-        body=b"hi",
-        message_group=None,
-        born_at=datetime(2026, 1, 1, tzinfo=UTC),
-    )
 
 
 class Answer:
@@ -64,7 +46,7 @@ async def _push(answer: Answer, limit: int = LIMIT) -> push.PushOutcome:
     transport = httpx.MockTransport(answer.response)
     async with httpx.AsyncClient(transport=transport) as client:
         return await push.push(
-            client, "http://127.0.0.1:9/check", _request(), None, max_answer_bytes=limit
+            client, "http://127.0.0.1:9/check", pushed_check_request(), None, max_answer_bytes=limit
         )
 
 
@@ -170,7 +152,7 @@ async def test_a_push_asks_for_the_codings_it_inflates_only() -> None:
         return httpx.Response(200)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        await push.push(client, "http://127.0.0.1:9/check", _request(), None)
+        await push.push(client, "http://127.0.0.1:9/check", pushed_check_request(), None)
     assert asked == ["gzip, deflate"]
 
 
@@ -192,7 +174,7 @@ async def test_an_answer_trickling_in_is_given_up_at_the_push_timeout() -> None:
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer), timeout=5) as client:
         outcome = await push.push(
-            client, "http://127.0.0.1:9/check", _request(), None, timeout_seconds=0.5
+            client, "http://127.0.0.1:9/check", pushed_check_request(), None, timeout_seconds=0.5
         )
     assert not outcome.delivered and outcome.detail == (
         "no whole answer from the check URL within 0.5 s (check_push_timeout_seconds)"

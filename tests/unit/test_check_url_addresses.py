@@ -9,15 +9,14 @@ of allowed addresses (loopback, private, public) stay allowed.
 from __future__ import annotations
 
 import ipaddress
-from datetime import UTC, datetime
 
 import httpx
 import pytest
 
 from coordinator.core.checkback import push
 from coordinator.domain.check_urls import _rfc6052_address, check_url, forbidden_address
-from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.errors import InvalidMessage
+from tests.checkback_helpers import pushed_check_request
 
 LINK_LOCAL = "link-local"
 
@@ -119,23 +118,6 @@ def test_check_urls_with_ipv6_forms_of_the_metadata_address_are_refused(
     assert message.endswith("the coordinator does not call it")
 
 
-def _check_request() -> CheckRequest:
-    return CheckRequest(
-        offset=7,
-        message_id="M",
-        transaction_id="T",
-        producer_group="g",
-        check_count=1,
-        topic="orders",
-        tags=None,
-        keys=(),
-        properties={},
-        body=b"hi",
-        message_group=None,
-        born_at=datetime(2026, 1, 1, tzinfo=UTC),
-    )
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize(("address", "form"), METADATA_FORMS)
 async def test_a_push_to_an_ipv6_form_of_the_metadata_address_is_not_sent(
@@ -149,7 +131,7 @@ async def test_a_push_to_an_ipv6_form_of_the_metadata_address_is_not_sent(
         return httpx.Response(200, json={"resolution": "commit"})
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        outcome = await push.push(client, f"http://[{address}]/check", _check_request(), None)
+        outcome = await push.push(client, f"http://[{address}]/check", pushed_check_request(), None)
     assert sent == [] and not outcome.delivered
     assert outcome.detail is not None
     assert outcome.detail.startswith("check URL resolves to a forbidden address ")

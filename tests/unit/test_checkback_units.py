@@ -20,6 +20,7 @@ from coordinator.domain.check_urls import check_url, forbidden_address
 from coordinator.domain.checkback import CheckRequest
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.states import Resolution
+from tests.checkback_helpers import pushed_check_request
 
 BODY = b'{"offset":1}'
 NOW = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -229,23 +230,6 @@ def test_the_first_forbidden_resolved_address_decides() -> None:
     assert forbidden_among(["93.184.216.34", "fd00:ec2::254"]) is not None
 
 
-def _check_request() -> CheckRequest:
-    return CheckRequest(
-        offset=7,
-        message_id="M",
-        transaction_id="T",
-        producer_group="g",
-        check_count=1,
-        topic="orders",
-        tags=None,
-        keys=(),
-        properties={},
-        body=b"hi",
-        message_group=None,
-        born_at=datetime(2026, 1, 1, tzinfo=UTC),
-    )
-
-
 def _recording_client(sent: list[httpx.Request]) -> httpx.AsyncClient:
     def answer(request: httpx.Request) -> httpx.Response:
         sent.append(request)
@@ -268,7 +252,7 @@ def _recording_client(sent: list[httpx.Request]) -> httpx.AsyncClient:
 async def test_a_push_to_a_forbidden_address_is_not_sent(url: str, address: str) -> None:
     sent: list[httpx.Request] = []
     async with _recording_client(sent) as client:
-        outcome = await push.push(client, url, _check_request(), "k")
+        outcome = await push.push(client, url, pushed_check_request(), "k")
     assert sent == []
     assert not outcome.delivered and outcome.resolution is None
     assert outcome.detail is not None
@@ -279,7 +263,9 @@ async def test_a_push_to_a_forbidden_address_is_not_sent(url: str, address: str)
 async def test_a_push_to_a_host_that_does_not_resolve_is_not_sent() -> None:
     sent: list[httpx.Request] = []
     async with _recording_client(sent) as client:
-        outcome = await push.push(client, "http://producer.invalid/check", _check_request(), "k")
+        outcome = await push.push(
+            client, "http://producer.invalid/check", pushed_check_request(), "k"
+        )
     assert sent == [] and not outcome.delivered
     assert outcome.detail is not None and "does not resolve" in outcome.detail
 
@@ -289,7 +275,7 @@ async def test_a_push_to_a_host_that_does_not_resolve_is_not_sent() -> None:
 async def test_a_push_to_an_allowed_host_is_sent_signed(url: str) -> None:
     sent: list[httpx.Request] = []
     async with _recording_client(sent) as client:
-        outcome = await push.push(client, url, _check_request(), "k")
+        outcome = await push.push(client, url, pushed_check_request(), "k")
     assert outcome.delivered and outcome.resolution is Resolution.COMMIT
     (request,) = sent
     assert verify(
