@@ -3,11 +3,14 @@ consumer's own database, whatever the number of deliveries."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -392,3 +395,43 @@ def _deliveries(db: psycopg.Connection) -> int:
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+# --- docs/exactly-once.md stays true ---------------------------------------------------------
+
+EXACTLY_ONCE = Path(__file__).resolve().parents[2] / "docs" / "exactly-once.md"
+
+
+def _inbox_section(heading: str = "## Consumer inbox") -> str:
+    page = EXACTLY_ONCE.read_text()
+    start = page.index(f"\n{heading}\n")
+    end = page.find("\n## ", start + len(heading) + 2)
+    return page[start : end if end != -1 else len(page)]
+
+
+def _blocks(text_: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text_, flags=re.DOTALL)
+
+
+def test_the_documented_table_is_the_inbox_ddl(database_url: str) -> None:
+    documented = _blocks(_inbox_section(), "sql")[0]
+    assert documented.strip() == Inbox(database_url, GROUP).ddl()
+
+
+def test_the_documented_plain_sql_recipe_records_a_message_once(
+    tables: Inbox, database_url: str, db: psycopg.Connection
+) -> None:
+    (recipe,) = _blocks(_inbox_section("### The same recipe as plain SQL"), "sql")
+    db.execute("CREATE TABLE invoices (order_id text NOT NULL)")
+    claim = recipe[recipe.index("INSERT INTO coordinator_inbox") :].split(";")[0]
+    effect = recipe[recipe.index("INSERT INTO invoices") :].split(";")[0]
+    for _ in range(2):  # the second run is a redelivery
+        with psycopg.connect(database_url) as conn:
+            if conn.execute(claim).fetchone() is not None:
+                conn.execute(effect)
+    assert db.execute("SELECT order_id FROM invoices").fetchall() == [("order-1001",)]
+
+
+def test_the_documented_python_snippets_compile() -> None:
+    for snippet in _blocks(_inbox_section(), "python"):
+        compile(snippet, "exactly-once.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)

@@ -66,6 +66,8 @@ DOORS = {"http", "grpc"}
 SQL_OUTSIDE_DB = {
     # The SDK's barrier runs in the producer's own database, on the producer's table.
     "coordinator.client.barrier",
+    # ... and its inbox in the consumer's own database, on the consumer's table.
+    "coordinator.client.inbox",
     # Spark's reader wraps a named query (or the producer's table) in the
     # SELECT of one partition; the statement itself comes from db/.
     "coordinator.pipeline.source",
