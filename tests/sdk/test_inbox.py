@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from sqlalchemy import create_engine, text
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import sessionmaker
@@ -201,12 +201,12 @@ def _waiting_on_a_lock(db: psycopg.Connection) -> bool:
 
 
 def test_purge_removes_only_rows_older_than_the_window(
-    tables: Inbox, database_url: str, db: psycopg.Connection
+    tables: Inbox, database: Any, db: psycopg.Connection
 ) -> None:
-    inbox = Inbox(database_url, GROUP, purge_batch=2)  # several batches
+    inbox = Inbox(database, GROUP, purge_batch=2)  # several batches
     for offset in range(1, 8):
         inbox.listener(_write)(_message(offset, f"m-{offset}"))
-    Inbox(database_url, "audit").listener(_write)(_message(1, "m-1"))
+    Inbox(database, "audit").listener(_write)(_message(1, "m-1"))
     db.execute(
         "UPDATE coordinator_inbox SET received_at = now() - interval '15 days' "
         "WHERE message_offset <= 5"
@@ -220,6 +220,30 @@ def test_purge_removes_only_rows_older_than_the_window(
     assert [(g, o) for g, o, *_ in _inbox(db)] == [("audit", 1), (GROUP, 6), (GROUP, 7)]
     assert inbox.purge(older_than=timedelta(days=10)) == 1
     assert inbox.purge() == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["url", "pool", "engine"])
+async def test_the_async_inbox_skips_duplicates_and_purges_old_rows(
+    tables: Inbox, database_url: str, db: psycopg.Connection, kind: str
+) -> None:
+    engine = create_async_engine(sqlalchemy_url(database_url))
+    pool = AsyncConnectionPool(database_url, min_size=1, max_size=2, open=False)
+    database = {"url": database_url, "pool": pool, "engine": engine}[kind]
+    try:
+        await pool.open()
+        inbox = AsyncInbox(database, GROUP, purge_batch=1)
+        await inbox.create_table()
+        listen = inbox.listener(_write_async)
+        for offset in (1, 1, 2):
+            assert await listen(_message(offset, f"m-{offset}")) == "success"
+        assert _effects(db) == ["m-1", "m-2"]
+        db.execute("UPDATE coordinator_inbox SET received_at = now() - interval '15 days'")
+        assert await inbox.purge() == 2
+    finally:
+        await pool.close()
+        await engine.dispose()
+    assert _inbox(db) == []
 
 
 def test_the_listener_purges_by_itself_at_most_every_purge_every(
