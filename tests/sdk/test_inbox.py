@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -34,11 +35,27 @@ from coordinator.config import Settings
 from coordinator.db.urls import sqlalchemy_url
 from tests.conftest import LiveServer
 from tests.sdk.conftest import eventually
-from tests.sdk.test_consumers_and_async import _send
-from tests.sdk.test_producer import COMMIT
 
 GROUP = "billing"
 SUBSCRIPTIONS = {"orders": "*"}
+
+
+def _send(url: str, count: int = 1) -> list[str]:
+    """Commit `count` messages to the topic over HTTP; returns their message ids."""
+    ids = []
+    with httpx.Client(base_url=url) as http:
+        for n in range(count):
+            sent = http.post(
+                "/v1/transactions",
+                json={"topic": "orders", "producer_group": "shop", "body_text": f"order {n}"},
+            ).json()
+            ended = http.post(
+                f"/v1/transactions/{sent['transaction_id']}/end",
+                json={"producer_group": "shop", "resolution": "commit"},
+            )
+            assert ended.json()["state"] == "committed"
+            ids.append(sent["message_id"])
+    return ids
 
 
 def _message(offset: int = 1, message_id: str = "m-1") -> ReceivedMessage:
@@ -275,7 +292,7 @@ def test_a_simple_consumer_redelivery_is_skipped_and_acked(
     server: LiveServer, tables: Inbox, db: psycopg.Connection
 ) -> None:
     with SimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=2) as consumer:
-        (sent,) = _send(server.url, COMMIT)
+        (sent,) = _send(server.url)
         (message,) = consumer.receive(1)
         # Processed and committed, then the consumer dies before its ack: the
         # message comes back when its invisible duration ends (made short here).
@@ -295,7 +312,7 @@ def test_a_handler_error_is_not_acked_and_the_redelivery_commits_once(
 ) -> None:
     handler = FailsFirst()
     with SimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=2) as consumer:
-        (sent,) = _send(server.url, COMMIT)
+        (sent,) = _send(server.url)
         (message,) = consumer.receive(1, invisible_seconds=0.5)
         with pytest.raises(RuntimeError):
             tables.consume(consumer, message, handler)
@@ -320,7 +337,7 @@ def test_a_failed_ack_brings_the_message_back_and_it_is_skipped_then_acked(
     consumer = SimpleConsumer(GROUP, SUBSCRIPTIONS, first.url, wait_seconds=2, retry=no_retry)
     try:
         consumer.start()
-        (sent,) = _send(first.url, COMMIT)
+        (sent,) = _send(first.url)
         (message,) = consumer.receive(1, invisible_seconds=1)
     finally:
         first.__exit__(None, None, None)  # the coordinator goes down before the ack
@@ -352,7 +369,7 @@ def test_a_push_consumer_listener_commits_each_message_once(
         with PushConsumer(
             GROUP, SUBSCRIPTIONS, inbox.listener(handler), server.url, retry_schedule=[0.2]
         ):
-            sent = _send(server.url, COMMIT, COMMIT)
+            sent = _send(server.url, 2)
             eventually(lambda: len(_inbox(db)) == 2 and _deliveries(db) == 0)
     finally:
         engine.dispose()
@@ -369,7 +386,7 @@ async def test_async_simple_consumer_over_psycopg_skips_a_redelivery(
 ) -> None:
     inbox = AsyncInbox(database_url, GROUP)
     async with AsyncSimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=2) as consumer:
-        (sent,) = await asyncio.to_thread(_send, server.url, COMMIT)
+        (sent,) = await asyncio.to_thread(_send, server.url)
         (message,) = await consumer.receive(1)
         async with await psycopg.AsyncConnection.connect(database_url) as conn:
             assert await inbox.process(conn, message, _write_async) is True
@@ -400,7 +417,7 @@ async def test_async_push_consumer_over_sqlalchemy_commits_once_after_an_error(
         async with AsyncPushConsumer(
             GROUP, SUBSCRIPTIONS, inbox.listener(handler), server.url, retry_schedule=[0.2]
         ):
-            (sent,) = await asyncio.to_thread(_send, server.url, COMMIT)
+            (sent,) = await asyncio.to_thread(_send, server.url)
             await asyncio.to_thread(
                 eventually, lambda: len(_inbox(db)) == 1 and _deliveries(db) == 0
             )
