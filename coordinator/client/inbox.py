@@ -138,10 +138,11 @@ class _InboxTable:
 
     @property
     def _purge_sql(self) -> str:
-        # ctid: a batch of rows by their physical address, with no key to page on.
+        # A batch found on the received_at index, deleted by its primary keys.
         return (
-            f"DELETE FROM {self.table} WHERE ctid IN ("
-            f"SELECT ctid FROM {self.table} WHERE consumer_group = :group "
+            f"DELETE FROM {self.table} WHERE (consumer_group, message_offset) IN ("
+            f"SELECT consumer_group, message_offset FROM {self.table} "
+            "WHERE consumer_group = :group "
             "AND received_at < now() - make_interval(secs => :seconds) LIMIT :batch)"
         )
 
