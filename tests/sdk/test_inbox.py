@@ -58,6 +58,26 @@ def _send(url: str, count: int = 1) -> list[str]:
     return ids
 
 
+def _receive_one(consumer: SimpleConsumer, **options: float) -> ReceivedMessage:
+    """The next message, within a bounded number of long polls (a slow machine's
+    poll may end before a message becomes visible again)."""
+    for _ in range(10):
+        received = consumer.receive(1, **options)
+        if received:
+            (message,) = received
+            return message
+    raise AssertionError("no message within 10 receives")
+
+
+async def _receive_one_async(consumer: AsyncSimpleConsumer) -> ReceivedMessage:
+    for _ in range(10):
+        received = await consumer.receive(1)
+        if received:
+            (message,) = received
+            return message
+    raise AssertionError("no message within 10 receives")
+
+
 def _message(offset: int = 1, message_id: str = "m-1") -> ReceivedMessage:
     """A message as a consumer receives it, for the tests that need no coordinator."""
     return ReceivedMessage(
@@ -293,13 +313,13 @@ def test_a_simple_consumer_redelivery_is_skipped_and_acked(
 ) -> None:
     with SimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=2) as consumer:
         (sent,) = _send(server.url)
-        (message,) = consumer.receive(1)
+        message = _receive_one(consumer)
         # Processed and committed, then the consumer dies before its ack: the
         # message comes back when its invisible duration ends (made short here).
         with psycopg.connect(tables.database) as conn:
             assert tables.process(conn, message, _write) is True
         consumer.change_invisible_duration(message, 0.1)
-        (again,) = consumer.receive(1)
+        again = _receive_one(consumer)
         assert (again.message_id, again.delivery_attempt) == (sent, 2)
         assert tables.consume(consumer, again, _fail) is False  # skipped, acked
         assert consumer.receive(1, wait_seconds=0.5) == []
@@ -313,11 +333,11 @@ def test_a_handler_error_is_not_acked_and_the_redelivery_commits_once(
     handler = FailsFirst()
     with SimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=2) as consumer:
         (sent,) = _send(server.url)
-        (message,) = consumer.receive(1, invisible_seconds=0.5)
+        message = _receive_one(consumer, invisible_seconds=0.5)
         with pytest.raises(RuntimeError):
             tables.consume(consumer, message, handler)
         assert (_effects(db), _inbox(db)) == ([], [])
-        (again,) = consumer.receive(1)  # not acked: back after its invisible duration
+        again = _receive_one(consumer)  # not acked: back after its invisible duration
         assert again.delivery_attempt == 2
         assert tables.consume(consumer, again, handler) is True
         assert consumer.receive(1, wait_seconds=0.5) == []
@@ -338,7 +358,7 @@ def test_a_failed_ack_brings_the_message_back_and_it_is_skipped_then_acked(
     try:
         consumer.start()
         (sent,) = _send(first.url)
-        (message,) = consumer.receive(1, invisible_seconds=1)
+        message = _receive_one(consumer, invisible_seconds=1)
     finally:
         first.__exit__(None, None, None)  # the coordinator goes down before the ack
     try:
@@ -352,7 +372,7 @@ def test_a_failed_ack_brings_the_message_back_and_it_is_skipped_then_acked(
         LiveServer(database_url, fast_settings) as server,
         SimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=3) as consumer,
     ):
-        (again,) = consumer.receive(1)
+        again = _receive_one(consumer)
         assert again.message_id == sent and again.delivery_attempt == 2
         assert tables.consume(consumer, again, _fail) is False
     assert _effects(db) == [sent]
@@ -387,11 +407,11 @@ async def test_async_simple_consumer_over_psycopg_skips_a_redelivery(
     inbox = AsyncInbox(database_url, GROUP)
     async with AsyncSimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=2) as consumer:
         (sent,) = await asyncio.to_thread(_send, server.url)
-        (message,) = await consumer.receive(1)
+        message = await _receive_one_async(consumer)
         async with await psycopg.AsyncConnection.connect(database_url) as conn:
             assert await inbox.process(conn, message, _write_async) is True
         await consumer.change_invisible_duration(message, 0.1)
-        (again,) = await consumer.receive(1)
+        again = await _receive_one_async(consumer)
         assert await inbox.consume(consumer, again, _fail_async) is False
         assert await consumer.receive(1, wait_seconds=0.5) == []
     assert _effects(db) == [sent]
