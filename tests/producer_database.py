@@ -41,9 +41,7 @@ class LoopbackProxy:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(
-            asyncio.start_server(self._forward, "127.0.0.1", 0)
-        )
+        server = self._loop.run_until_complete(asyncio.start_server(self._forward, "127.0.0.1", 0))
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
