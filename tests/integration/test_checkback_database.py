@@ -273,7 +273,7 @@ async def test_the_password_is_never_stored_nor_shown_in_clear(
         ("postgresql://app@[fe80::1]:5432/orders", "link-local"),
         ("postgresql://app@metadata.google.internal/orders", "metadata"),
         ("postgresql://app@0.0.0.0/orders", "unspecified"),
-        ("postgresql://app@/orders?host=/tmp", "one host"),
+        ("postgresql://app@/orders?host=/tmp", "one TCP host"),
         ("postgresql://app@db.example/orders?hostaddr=169.254.169.254", "not allowed"),
         ("postgresql://app@db.example/orders?sslkey=/etc/key", "not allowed"),
         ("http://db.example/orders", "postgresql://"),
