@@ -198,6 +198,7 @@ class CheckSources:
             return await listed(conn, producer_group)
 
     async def get(self, producer_group: str) -> CheckSource:
+        check_name("producer group", producer_group)
         found = await self.list(producer_group)
         if not found:
             raise NotFound(f"producer group {producer_group!r} has no check source")
@@ -205,5 +206,6 @@ class CheckSources:
 
     async def remove(self, producer_group: str) -> bool:
         """Remove the group's check source; False when it had none."""
+        check_name("producer group", producer_group)
         async with self._context.pool.connection() as conn:
             return await remove(conn, producer_group)
