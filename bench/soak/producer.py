@@ -90,7 +90,7 @@ class SoakListener(TransactionListener):
             # The barrier row first, so a concurrent check-back waits for
             # the whole local transaction (see coordinator.client.barrier).
             truth.BARRIER.mark_committed(conn, tid)
-            truth.insert_order(conn, tid, message_id, self.config.run)
+            self.write(conn, msg)
             if behavior is Behavior.KILLED:
                 self._die(message_id)
             if behavior in (Behavior.ROLLBACK, Behavior.UNKNOWN_ROLLED_BACK, Behavior.RAISE):
@@ -110,6 +110,11 @@ class SoakListener(TransactionListener):
             return LocalTransactionState.UNKNOWN
         finally:
             conn.close()
+
+    def write(self, conn: psycopg.Connection, msg: Message) -> None:
+        """The local transaction's business write, after the barrier row."""
+        assert msg.transaction_id is not None and msg.message_id is not None
+        truth.insert_order(conn, msg.transaction_id, msg.message_id, self.config.run)
 
     def check_local_transaction(self, msg: Message) -> LocalTransactionState:
         assert msg.transaction_id is not None

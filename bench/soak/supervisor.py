@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +83,7 @@ class Supervisor:
         truth_url: str,
         nodes: int,
         report: Callable[[str], None],
+        node_settings: Mapping[str, str] = NODE_SETTINGS,
     ) -> None:
         self.layout = layout
         self.options = options
@@ -90,7 +91,7 @@ class Supervisor:
         self.report = report
         self.counts = Supervision()
         self.nodes = [
-            Node(index, database_url, NODE_SETTINGS, layout.logs / f"node{index}.log")
+            Node(index, database_url, node_settings, layout.logs / f"node{index}.log")
             for index in range(nodes)
         ]
         self.producers = [_ProducerSlot(index) for index in range(options.producers)]
@@ -185,6 +186,11 @@ class Supervisor:
     # watching --------------------------------------------------------------------
     def supervise(self, down_on_purpose: Collection[int]) -> None:
         """Start again whatever ended, and count why it ended."""
+        self._supervise_producers()
+        self._supervise_nodes(down_on_purpose)
+        self._supervise_consumers()
+
+    def _supervise_producers(self) -> None:
         for slot in self.producers:
             if slot.process is None or slot.process.poll() is None:
                 continue
@@ -198,6 +204,8 @@ class Supervisor:
             # Also while settling: a new producer sends nothing once the
             # load has stopped, but answers check-backs.
             self._start_producer(slot)
+
+    def _supervise_nodes(self, down_on_purpose: Collection[int]) -> None:
         for node in self.nodes:
             if node.alive or node.index in down_on_purpose:
                 continue
@@ -207,6 +215,8 @@ class Supervisor:
             code = node.process.returncode if node.process else None
             self._event(f"node {node.index} exited with {code}; starting it again")
             self._start_node(node)
+
+    def _supervise_consumers(self) -> None:
         for name, process in self.consumers.items():
             if process.poll() is not None:
                 self.counts.consumer_exits += 1
