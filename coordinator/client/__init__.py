@@ -1,7 +1,7 @@
 """The Python SDK: RocketMQ's programming model over the coordinator's HTTP API.
 
 Importing it starts nothing and needs none of the server's machinery (only
-httpx; the barrier helper imports psycopg or SQLAlchemy when used).
+httpx; the barrier and inbox helpers import psycopg or SQLAlchemy when used).
 """
 
 from coordinator.client._protocol import RetryPolicy
@@ -35,6 +35,7 @@ from coordinator.client.errors import (
     Unauthenticated,
 )
 from coordinator.client.filters import Sql92
+from coordinator.client.inbox import AsyncInbox, Inbox
 from coordinator.client.listener import AsyncTransactionListener, TransactionListener
 from coordinator.client.message import (
     LocalTransactionState,
@@ -49,6 +50,7 @@ from coordinator.client.producer import AsyncTransactionProducer, TransactionPro
 __all__ = [
     "ROCKETMQ_RETRY_SCHEDULE",
     "AsyncBarrierTransactionListener",
+    "AsyncInbox",
     "AsyncPushConsumer",
     "AsyncSimpleConsumer",
     "AsyncTransactionListener",
@@ -60,6 +62,7 @@ __all__ = [
     "CoordinatorClientError",
     "CoordinatorRequestError",
     "CoordinatorUnavailable",
+    "Inbox",
     "InvalidRequest",
     "LocalTransactionState",
     "Message",
