@@ -216,6 +216,16 @@ class Settings(BaseSettings):
         default=None,
         description="HMAC-SHA256 key signing pushed check requests (X-Coordinator-Signature).",
     )
+    check_source_key: SecretStr | None = Field(
+        default=None,
+        description="Key encrypting check sources' database passwords (a Fernet key, or any "
+        "passphrase); unset: the key in check_source_key_file. Every node needs the same key.",
+    )
+    check_source_key_file: Path | None = Field(
+        default=None,
+        description="File holding the check sources' key without check_source_key, created "
+        "(mode 0600) when missing; unset: check-source.key in data_dir.",
+    )
     check_push_timeout_seconds: float = Field(
         default=5.0,
         gt=0,
@@ -465,6 +475,6 @@ def _shown(field: str, value: Any) -> Any:
     """A wrong value as an error message may show it: never a password."""
     if field == "database_url" and isinstance(value, str):
         return re.sub(r"://([^:/@]+):[^@]+@", r"://\1:***@", value)
-    if field == "check_push_secret":
+    if field in ("check_push_secret", "check_source_key"):
         return "***"
     return value

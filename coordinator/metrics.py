@@ -78,6 +78,12 @@ CHECK_BACKS_DISPATCHED = Counter(
     "Check requests handed to producer instances, by how (pull or push).",
     ["via"],
 )
+CHECK_BACKS_DATABASE = Counter(
+    "coordinator_check_backs_database",
+    "Check-backs answered by producer groups' own databases (check sources), by outcome: "
+    "committed, rolled_back, or failed (the message waits for its next check).",
+    ["outcome"],
+)
 CHECK_BACKS_CLAIMED = Counter(
     "coordinator_check_backs_claimed",
     "Due half messages whose check this process's check-back rounds claimed and addressed "
@@ -200,6 +206,8 @@ for _state, _sources in {
         TRANSACTIONS_RESOLVED.labels(state=_state.value, source=_source.value)
 for _via in DispatchMode:
     CHECK_BACKS_DISPATCHED.labels(via=_via.value)
+for _outcome in ("committed", "rolled_back", "failed"):
+    CHECK_BACKS_DATABASE.labels(outcome=_outcome)
 for _resolution in Resolution:
     CHECK_BACKS_ANSWERED.labels(resolution=_resolution.value)
 for _kind in ("messages", "unacked_deliveries", "dead_letters", "consumer_groups"):

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator.config import Settings
 from coordinator.core.retention.config import RetentionConfig
 from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
+
+# Where a node keeps the check sources' key when no setting gives it.
+CHECK_SOURCE_KEY_FILE = "check-source.key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,9 @@ class CheckBackConfig:
     check_poll_fallback_seconds: float
     max_check_answer_bytes: int = DEFAULT_MAX_CHECK_ANSWER_BYTES
     check_push_secret: str | None = field(default=None, repr=False)
+    # The key of check sources' passwords, or the file that holds it (sources.py).
+    check_source_key: str | None = field(default=None, repr=False)
+    check_source_key_file: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +134,14 @@ class ServiceConfigs:
                 CheckBackConfig,
                 settings,
                 check_push_secret=secret.get_secret_value() if secret else None,
+                check_source_key=(
+                    settings.check_source_key.get_secret_value()
+                    if settings.check_source_key
+                    else None
+                ),
+                check_source_key_file=(
+                    settings.check_source_key_file or settings.data_dir / CHECK_SOURCE_KEY_FILE
+                ),
             ),
             scheduler=SchedulerConfig(
                 enabled=settings.check_scheduler_enabled,

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from coordinator.config import Settings
 from coordinator.core.checkback import CheckBack
+from coordinator.core.checkback.sources import CheckSources
 from coordinator.core.configs import ServiceConfigs
 from coordinator.core.context import CoreContext
 from coordinator.core.delivery import Delivery
@@ -37,6 +38,8 @@ class Coordinator:
         self.tokens = Tokens(context)  # API tokens: create, list, revoke
         # producers, check-back rounds, operator actions
         self.checkback = CheckBack(context, configs.checkback, self.transactions.end)
+        # producer groups' databases that answer their check-backs
+        self.check_sources = CheckSources(context, configs.checkback)
         # keeps the tables to size (run by the node's retention job)
         self.retention = Retention(context, configs.retention, self.delivery.take_received_groups)
         # the figures of the status page, `coordinator status` and /metrics' gauges

@@ -28,6 +28,7 @@ QUERY_FILES = (
     "tokens",
     "status",
     "retention",
+    "barrier",
 )
 
 

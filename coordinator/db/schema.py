@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
+from coordinator.domain.check_sources import CheckSourceMode
 from coordinator.domain.delivery import FilterType
 from coordinator.domain.states import CheckStatus, DispatchMode, MessageKind, MessageState, Source
 
@@ -289,10 +290,11 @@ check_requests = Table(
     Column("detail", Text, nullable=True),
     CheckConstraint(_one_of("status", CHECK_STATUSES), name="status"),
     CheckConstraint(_one_of("via", DISPATCH_MODES, nullable=True), name="via"),
-    # Addressed to an instance exactly when there was a live one to address.
+    # Dispatched exactly when there was someone to ask: a live instance
+    # (pull, push), or the group's check source (database, no instance).
     CheckConstraint(
-        "(status = 'no_producer') = (instance_id IS NULL) "
-        "AND (instance_id IS NULL) = (via IS NULL)",
+        "(status = 'no_producer') = (via IS NULL) "
+        "AND (instance_id IS NULL) = (via IS NULL OR via = 'database')",
         name="addressed",
     ),
     # A long poll reads the pending requests of one instance.
@@ -308,6 +310,28 @@ check_requests = Table(
         "producer_group",
         postgresql_where=text("status = 'no_producer'"),
     ),
+)
+
+CHECK_SOURCE_MODES = [m.value for m in CheckSourceMode]
+
+# A producer group's own database, which answers its check-backs with the
+# barrier's rule (core/checkback/sources.py). The URL is kept without its
+# password; the password only encrypted (Fernet, with the coordinator's key).
+check_sources = Table(
+    "check_sources",
+    metadata,
+    Column("producer_group", Text, primary_key=True),
+    Column("database_url", Text, nullable=False),
+    Column("password_encrypted", Text, nullable=True),
+    Column("barrier_table", Text, nullable=False),
+    Column("mode", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("last_check_at", DateTime(timezone=True), nullable=True),
+    Column("last_ok", Boolean, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("consecutive_failures", Integer, nullable=False, server_default=text("0")),
+    CheckConstraint(_one_of("mode", CHECK_SOURCE_MODES), name="mode"),
 )
 
 # Bearer tokens of the HTTP API (and of every later door). Only the SHA-256 of

@@ -173,3 +173,19 @@ def check_url(url: str | None) -> str | None:
             f"check URL address {address} is {reason}; the coordinator does not call it"
         )
     return url
+
+
+def forbidden_host(host: str) -> str | None:
+    """Why the coordinator must never connect to `host` (a name or address), or None.
+
+    The registration-time rule of any address the coordinator calls out to
+    (check URLs, check sources): the name itself, before DNS.
+    """
+    host = host.rstrip(".")
+    if host in _METADATA_HOSTS:
+        return f"host {host!r} is a cloud instance metadata service"
+    address = _host_address(host)
+    reason = forbidden_address(address) if address is not None else None
+    if reason is not None:
+        return f"address {address} is {reason}"
+    return None

@@ -69,6 +69,7 @@ class ClaimedCheck:
     check_url: str | None = None
     via: DispatchMode | None = None
     request: CheckRequest | None = None  # only for push: what to POST
+    message_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -84,6 +85,8 @@ class RoundResult:
     pushed: int = 0  # delivered to a push instance (2xx)
     push_failures: int = 0
     resolved_by_push: int = 0  # the push answer carried commit or rollback
+    asked_database: int = 0  # answered by the group's check source (then ended)
+    database_failures: int = 0  # the check source could not tell
 
     def add(self, claimed: list[ClaimedCheck]) -> None:
         lists = {

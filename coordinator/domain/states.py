@@ -69,3 +69,4 @@ class CheckStatus(StrEnum):
 class DispatchMode(StrEnum):
     PULL = "pull"  # the instance long-polls for its check requests
     PUSH = "push"  # the coordinator POSTs the check request to the instance's URL
+    DATABASE = "database"  # the coordinator asks the group's own database (its check source)

@@ -39,7 +39,7 @@ from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADE
 from coordinator.db.queries import execute, fetch_all
 from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES, forbidden_address
 from coordinator.domain.checkback import CheckRequest, ClaimedCheck
-from coordinator.domain.states import CheckStatus, Resolution
+from coordinator.domain.states import CheckStatus, DispatchMode, Resolution
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,11 @@ async def start(conn: AsyncConnection[Any], claimed: ClaimedCheck) -> bool:
     rows = await fetch_all(
         conn,
         "start_pushes",
-        {"offsets": [claimed.offset], "check_counts": [claimed.check_count]},
+        {
+            "offsets": [claimed.offset],
+            "check_counts": [claimed.check_count],
+            "via": (claimed.via or DispatchMode.PUSH).value,
+        },
     )
     return bool(rows)
 

@@ -1,12 +1,17 @@
 """The check-back engine (RocketMQ's 回查, done on Postgres).
 
+Long on purpose: the round, its three dispatches (pull, push, the group's
+own database) and the long poll share the claim and the dispatcher; each
+dispatch's work is in a module of its own (push.py, database.py).
+
 A half message nobody ended is due for a check-back at `next_check_at`. A
 round claims due messages in batches (`claim_due_checks`: SKIP LOCKED, next
 check time and check count advanced in the same transaction), then
 dispatches: pulled check requests are already in `check_requests` and their
 instances' long polls are woken by NOTIFY; pushed ones are POSTed by tasks
 of their own (`dispatcher.py`), so the round does not wait for answers and a
-slow check URL delays no other producer's checks.
+slow check URL delays no other producer's checks. Database checks (a group's
+check source, `database.py`) run as tasks of the same dispatcher.
 
 Any number of coordinator nodes run rounds on one database; each due
 message goes to exactly one of them per round. The scheduler
@@ -27,8 +32,9 @@ from typing import Any
 import httpx
 
 from coordinator import metrics
-from coordinator.core.checkback import operator, push, registry
+from coordinator.core.checkback import database, operator, push, registry
 from coordinator.core.checkback.dispatcher import PushDispatcher
+from coordinator.core.checkback.sources import secret_box
 from coordinator.core.configs import CheckBackConfig
 from coordinator.core.context import CoreContext, EndTransaction
 from coordinator.db.notifier import CHECKS_CHANNEL, Subscription
@@ -63,6 +69,7 @@ class CheckBack:
         self._end = end  # applies answers that pushed check requests carry
         self._pushes = PushDispatcher(config.max_inflight_dispatches)
         self._client: httpx.AsyncClient | None = None  # for pushes, made at the first
+        self._secrets = secret_box(config)  # check sources' passwords
         context.pool.before_close(self.close)
 
     # --- producer registry --------------------------------------------------
@@ -159,16 +166,46 @@ class CheckBack:
         """Start a push for each claimed push request; its outcome is counted in `result`."""
         tasks = []
         for check in claimed:
-            if check.via is not DispatchMode.PUSH:
+            if check.via is DispatchMode.PUSH:
+                assert check.check_url is not None
+                slot, run = check.check_url, self._push_one
+            elif check.via is DispatchMode.DATABASE:
+                slot, run = database.slot_key(check.producer_group), self._ask_database
+            else:
                 continue
-            assert check.check_url is not None
-            task = self._pushes.submit(
-                check.offset, check.check_url, functools.partial(self._push_one, check, result)
-            )
+            task = self._pushes.submit(check.offset, slot, functools.partial(run, check, result))
             if task is not None:
                 result.handed_to_push += 1
                 tasks.append(task)
         return tasks
+
+    async def _ask_database(self, claimed: ClaimedCheck, result: RoundResult) -> None:
+        """One database check: the barrier's answer ends the message as a push's would."""
+        timeout = self._config.check_push_timeout_seconds
+        async with self._context.pool.connection() as conn:
+            if not await push.start(conn, claimed):
+                return  # resolved, or checked again, while it waited for its slot
+            source = await database.source(conn, claimed.producer_group)
+        answer = await database.ask(self._secrets, source, claimed.transaction_id, timeout)
+        failed = answer.committed is None
+        async with self._context.pool.connection() as conn:
+            await push.finish(conn, claimed, push.PushOutcome(not failed, detail=answer.detail))
+            await database.record(conn, claimed.producer_group, answer)
+        outcome = "failed" if failed else "committed" if answer.committed else "rolled_back"
+        metrics.CHECK_BACKS_DATABASE.labels(outcome=outcome).inc()
+        if failed:
+            result.database_failures += 1
+            log.info(
+                "database check-back of transaction %s failed: %s",
+                claimed.transaction_id,
+                answer.detail,
+                extra=_claim_fields(claimed),
+            )
+            return
+        result.asked_database += 1
+        metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.DATABASE.value).inc()
+        resolution = Resolution.COMMIT if answer.committed else Resolution.ROLLBACK
+        await self._end_from_push(claimed, resolution)
 
     async def _push_one(self, claimed: ClaimedCheck, result: RoundResult) -> None:
         assert claimed.request is not None and claimed.check_url is not None
@@ -226,7 +263,6 @@ class CheckBack:
             )
 
     async def _end_from_push(self, claimed: ClaimedCheck, resolution: Resolution) -> None:
-        assert claimed.request is not None
         try:
             await self._end(
                 EndRequest(
@@ -234,7 +270,7 @@ class CheckBack:
                     producer_group=claimed.producer_group,
                     resolution=resolution,
                     from_check=True,
-                    message_id=claimed.request.message_id,
+                    message_id=claimed.message_id,
                 )
             )
         except CoordinatorError as error:
@@ -397,4 +433,5 @@ def _claimed(row: dict[str, Any]) -> ClaimedCheck:
         check_url=row["check_url"],
         via=via,
         request=_request(row) if via is DispatchMode.PUSH else None,
+        message_id=row["message_id"],
     )

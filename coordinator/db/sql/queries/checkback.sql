@@ -73,8 +73,11 @@ WHERE last_seen_at < now() - make_interval(secs => %(producer_forget_seconds)s::
 --   check    a live instance of its group exists: count the check and
 --            address a check request to one instance (rotating over the
 --            live instances with the message and its check count)
---   wait     no live instance: the budget is not touched; the attempt is
---            recorded in check_requests (status no_producer)
+--            or the group's check source answers it (mode `only`, or no
+--            live instance): counted alike, a check request via `database`
+--            with no instance
+--   wait     no live instance nor check source: the budget is not touched;
+--            the attempt is recorded in check_requests (status no_producer)
 -- A message resolved in the meantime is not `prepared` and never claimed.
 -- Nor is one whose previous push is still queued or in flight on this node
 -- (pushes_in_flight): a slow check URL is not sent the same message twice at
@@ -98,19 +101,34 @@ live AS (
     WHERE last_seen_at > now() - make_interval(secs => %(producer_ttl_seconds)s::float8)
       AND producer_group IN (SELECT producer_group FROM due)
 ),
-planned AS (
-    SELECT due.id, due.producer_group, due.check_count, live.instance_id, live.check_url,
-           CASE
-               WHEN due.born_at <= now() - make_interval(secs => %(retention_seconds)s::float8)
-                   THEN 'expire'
-               WHEN due.check_count >= %(check_max)s::int THEN 'discard'
-               WHEN live.instance_id IS NOT NULL THEN 'check'
-               ELSE 'wait'
-           END AS action
+sourced AS (
+    SELECT producer_group, mode
+    FROM check_sources
+    WHERE producer_group IN (SELECT producer_group FROM due)
+),
+asked AS (
+    SELECT due.id, due.producer_group, due.check_count, due.born_at,
+           sourced.mode = 'only' OR (sourced.mode IS NOT NULL AND live.instance_id IS NULL)
+               AS by_database,
+           live.instance_id, live.check_url
     FROM due
     LEFT JOIN live
       ON live.producer_group = due.producer_group
      AND live.slot = (due.id + due.check_count) %% live.instances
+    LEFT JOIN sourced ON sourced.producer_group = due.producer_group
+),
+planned AS (
+    SELECT id, producer_group, check_count, by_database,
+           CASE WHEN by_database THEN NULL ELSE instance_id END AS instance_id,
+           CASE WHEN by_database THEN NULL ELSE check_url END AS check_url,
+           CASE
+               WHEN born_at <= now() - make_interval(secs => %(retention_seconds)s::float8)
+                   THEN 'expire'
+               WHEN check_count >= %(check_max)s::int THEN 'discard'
+               WHEN by_database OR instance_id IS NOT NULL THEN 'check'
+               ELSE 'wait'
+           END AS action
+    FROM asked
 ),
 ended AS (
     UPDATE messages AS m
@@ -161,6 +179,7 @@ requested AS (
     SELECT planned.id, planned.producer_group,
            CASE planned.action WHEN 'check' THEN 'pending' ELSE 'no_producer' END,
            CASE WHEN planned.action = 'wait' THEN NULL
+                WHEN planned.by_database THEN 'database'
                 WHEN planned.check_url IS NULL THEN 'pull'
                 ELSE 'push' END,
            planned.instance_id,
@@ -230,7 +249,7 @@ WHERE m.state = 'prepared'
 ORDER BY m.id;
 
 -- name: start_pushes
--- The claimed push requests that are still open (their message not resolved
+-- The claimed push (or database) requests that are still open (their message not resolved
 -- meanwhile, no newer check claimed): only these are POSTed.
 UPDATE check_requests AS c
 SET status = 'pushing'
@@ -238,7 +257,7 @@ FROM unnest(%(offsets)s::bigint[], %(check_counts)s::int[]) AS claimed (message_
 WHERE c.message_offset = claimed.message_offset
   AND c.check_count = claimed.check_count
   AND c.status = 'pending'
-  AND c.via = 'push'
+  AND c.via = %(via)s::text
 RETURNING c.message_offset;
 
 -- name: finish_push
@@ -310,3 +329,58 @@ SELECT target.id, target.message_id, target.transaction_id,
        target.state AS previous_state, changed.state AS new_state
 FROM target
 LEFT JOIN changed ON changed.id = target.id;
+
+
+-- name: put_check_source
+-- Registers a producer group's check source, or replaces it (its record of
+-- past checks starts over).
+INSERT INTO check_sources AS s (
+    producer_group, database_url, password_encrypted, barrier_table, mode
+)
+VALUES (
+    %(producer_group)s::text, %(database_url)s::text, %(password_encrypted)s::text,
+    %(barrier_table)s::text, %(mode)s::text
+)
+ON CONFLICT (producer_group) DO UPDATE
+SET database_url = EXCLUDED.database_url,
+    password_encrypted = EXCLUDED.password_encrypted,
+    barrier_table = EXCLUDED.barrier_table,
+    mode = EXCLUDED.mode,
+    updated_at = now(),
+    last_check_at = NULL,
+    last_ok = NULL,
+    last_error = NULL,
+    consecutive_failures = 0
+RETURNING s.producer_group, s.database_url, s.password_encrypted IS NOT NULL AS has_password,
+          s.barrier_table, s.mode, s.created_at, s.updated_at, s.last_check_at, s.last_ok,
+          s.last_error, s.consecutive_failures;
+
+-- name: list_check_sources
+-- Never the encrypted password: only whether there is one.
+SELECT producer_group, database_url, password_encrypted IS NOT NULL AS has_password,
+       barrier_table, mode, created_at, updated_at, last_check_at, last_ok, last_error,
+       consecutive_failures
+FROM check_sources
+WHERE %(producer_group)s::text IS NULL OR producer_group = %(producer_group)s::text
+ORDER BY producer_group;
+
+-- name: check_source_for_check
+-- What a database check connects with.
+SELECT producer_group, database_url, password_encrypted, barrier_table
+FROM check_sources
+WHERE producer_group = %(producer_group)s::text;
+
+-- name: delete_check_source
+DELETE FROM check_sources
+WHERE producer_group = %(producer_group)s::text
+RETURNING producer_group;
+
+-- name: record_check_source_check
+-- How the latest database check of a group went (shown by the status page
+-- and `coordinator producers`).
+UPDATE check_sources
+SET last_check_at = now(),
+    last_ok = %(ok)s::boolean,
+    last_error = CASE WHEN %(ok)s::boolean THEN NULL ELSE %(error)s::text END,
+    consecutive_failures = CASE WHEN %(ok)s::boolean THEN 0 ELSE consecutive_failures + 1 END
+WHERE producer_group = %(producer_group)s::text;
