@@ -1,4 +1,4 @@
-"""The exactly-once soak (bench/soak/exactly_once): a short run under kills, and a verdict that sees.
+"""The exactly-once soak (bench/soak/exactly_once): a short run under kills, a verdict that sees.
 
 The verdict's tests plant each kind of mismatch in otherwise clean evidence
 and watch it fail; the slow test runs `python -m bench.soak --exactly-once`
@@ -7,6 +7,7 @@ for real.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -96,6 +97,12 @@ def test_the_coordinator_disagreeing_with_the_truth_fails() -> None:
     assert not verdict.ok
 
 
+def test_a_barrier_disagreeing_with_the_orders_fails() -> None:
+    """A committed barrier row without its order (or the reverse): check-backs would lie."""
+    verdict = judge(replace(CLEAN, barrier_disagreements=frozenset({"t7"})))
+    assert any("barrier and order rows disagree: 1 (t7)" in p for p in verdict.problems)
+
+
 def test_a_run_that_did_not_settle_fails() -> None:
     assert not judge(replace(CLEAN, settled=False)).ok
 
@@ -113,7 +120,7 @@ def test_every_kill_plan_kills_each_kind(seed: int) -> None:
         assert kill.at + kill.down_seconds <= 40 - 5
         if kill.kind is KillKind.PRODUCER_GROUP:
             assert kill.down_seconds >= GROUP_DOWN_SECONDS[0]
-    assert all(a.at <= b.at for a, b in zip(plan, plan[1:], strict=False))
+    assert all(a.at <= b.at for a, b in itertools.pairwise(plan))
 
 
 @pytest.mark.slow

@@ -197,6 +197,9 @@ class ExactlyOnceSoak(Soak):
                 name: stores.consumer_orders(url, run)
                 for name, url in self.stores.consumer_urls.items()
             },
+            barrier_disagreements=stores.barrier_disagreements(
+                self.truth_url, run, frozenset(tally.transaction_ids)
+            ),
             settled=settled,
         )
         return ExactlyOnceResult(

@@ -11,7 +11,6 @@ leaves two rows, which the verdict sees.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass
 
 import psycopg
@@ -91,9 +90,24 @@ def committed_orders(url: str, run: str) -> dict[str, Committed]:
         return {order_id: Committed(int(amount), mid) for order_id, amount, mid in rows}
 
 
-def committed_count(conn: psycopg.Connection, run: str) -> int:
-    row = conn.execute("SELECT count(*) FROM eo_orders WHERE run = %s", (run,)).fetchone()
-    return int(row[0]) if row else 0
+def barrier_disagreements(url: str, run: str, transactions: frozenset[str]) -> frozenset[str]:
+    """Transaction ids of the run whose barrier row and order row disagree.
+
+    `transactions`: every transaction id the run's producers journaled (a
+    producer journals one before its barrier row). A `committed` barrier
+    row without its order, or an order without its `committed` barrier row,
+    would make the barrier, and so every check-back, lie.
+    """
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            f"SELECT transaction_id FROM {BARRIER.table}"
+            " WHERE outcome = 'committed' AND transaction_id = ANY(%s)",
+            (list(transactions),),
+        )
+        barrier = {row[0] for row in rows}
+        rows = conn.execute("SELECT transaction_id FROM eo_orders WHERE run = %s", (run,))
+        orders = {row[0] for row in rows}
+    return frozenset(barrier ^ orders)
 
 
 # a consumer group's database ----------------------------------------------------------
@@ -121,11 +135,6 @@ def consumer_orders(url: str, run: str) -> dict[str, list[int]]:
         for order_id, amount in rows:
             found.setdefault(order_id, []).append(int(amount))
     return found
-
-
-def consumer_order_count(conn: psycopg.Connection, run: str) -> Counter[str]:
-    rows = conn.execute("SELECT order_id FROM orders WHERE run = %s", (run,))
-    return Counter(row[0] for row in rows)
 
 
 # where the databases live ----------------------------------------------------------

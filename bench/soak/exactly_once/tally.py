@@ -23,6 +23,7 @@ class InboxTally:
         self._producers = JournalReader(producers_dir)
         self._consumers = {group: JournalReader(d) for group, d in consumers_dirs.items()}
         self.begun: set[str] = set()  # order ids
+        self.transaction_ids: set[str] = set()  # every local transaction that began
         self.behaviors: Counter[str] = Counter()
         self.prepare_failed = 0
         self.checks: Counter[str] = Counter()  # check-backs a producer answered, by answer
@@ -43,6 +44,7 @@ class InboxTally:
                 self.begun.add(record["order_id"])
             elif event == "transaction":
                 self.behaviors[record["behavior"]] += 1
+                self.transaction_ids.add(record["transaction_id"])
             elif event == "prepare_failed":
                 self.prepare_failed += 1
             elif event == "check":

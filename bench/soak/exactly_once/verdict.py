@@ -8,9 +8,10 @@ whose local transaction committed, each once and with its amount: a
 committed order with no row is *missing*, one with several rows is a
 *duplicate* (a handler's effect twice: what the inbox exists to prevent),
 a row for an order that never committed is *unexpected* (and *rolled back*
-when its producer is known to have begun it). The coordinator must agree
-with the truth message by message and hold nothing `prepared` once the run
-settled.
+when its producer is known to have begun it). The truth must be whole (a
+`committed` barrier row exactly for each committed order), the coordinator
+must agree with it message by message and hold nothing `prepared` once the
+run settled.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Evidence:
     committed_messages: frozenset[str]  # message ids of the committed orders
     coordinator_states: Mapping[str, str]  # message id -> state, every message of the run
     groups: Mapping[str, Mapping[str, list[int]]]  # group -> order id -> amounts written
+    # Transactions whose barrier row and order row disagree in the producers' database.
+    barrier_disagreements: frozenset[str] = frozenset()
     settled: bool = True  # prepared messages and unacked deliveries ran out in time
 
 
@@ -53,6 +56,7 @@ class Verdict:
     stuck_prepared: frozenset[str]
     not_committed_by_coordinator: frozenset[str]  # committed locally only
     committed_without_local_commit: frozenset[str]  # committed by the coordinator only
+    barrier_disagreements: frozenset[str]
     settled: bool
     problems: tuple[str, ...] = field(default=())
 
@@ -73,6 +77,7 @@ def judge(evidence: Evidence) -> Verdict:
         stuck_prepared=frozenset(m for m, state in states.items() if state == "prepared"),
         not_committed_by_coordinator=evidence.committed_messages - by_coordinator,
         committed_without_local_commit=by_coordinator - evidence.committed_messages,
+        barrier_disagreements=evidence.barrier_disagreements,
         settled=evidence.settled,
     )
     return replace(verdict, problems=tuple(_problems(verdict)))
@@ -111,6 +116,7 @@ def _problems(verdict: Verdict) -> list[str]:
     add("left prepared", verdict.stuck_prepared)
     add("committed locally, not by the coordinator", verdict.not_committed_by_coordinator)
     add("committed by the coordinator, not locally", verdict.committed_without_local_commit)
+    add("barrier and order rows disagree", verdict.barrier_disagreements)
     for group in verdict.groups:
         add(f"{group.group}: missing (committed, no order row)", group.missing)
         add(f"{group.group}: written more than once", group.duplicated)
