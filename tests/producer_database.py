@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -126,10 +127,15 @@ class ProducerDatabase:
                 )
 
 
+def _info(server: Any) -> Any:
+    """host, port, user, password: of a test's connection, or of the session's server."""
+    return getattr(server, "info", server)
+
+
 @contextlib.contextmanager
-def producer_database(postgresql: psycopg.Connection) -> Iterator[ProducerDatabase]:
+def producer_database(server: Any) -> Iterator[ProducerDatabase]:
     """A database of its own on the tests' server, with a barrier table; dropped at the end."""
-    info = postgresql.info
+    info = _info(server)
     name = f"producer_{uuid.uuid4().hex[:12]}"
     admin = url_for(info.host, info.port, info.user, "postgres", info.password or None)
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -144,6 +150,6 @@ def producer_database(postgresql: psycopg.Connection) -> Iterator[ProducerDataba
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def socket_path(postgresql: psycopg.Connection) -> str:
-    info = postgresql.info
+def socket_path(server: Any) -> str:
+    info = _info(server)
     return str(Path(info.host) / f".s.PGSQL.{info.port}")

@@ -8,6 +8,7 @@ import typer
 
 from coordinator import logs
 from coordinator.cli import (
+    check_sources,
     config_show,
     consumers,
     db,
@@ -83,7 +84,11 @@ app.add_typer(config_show.app, name="config")
 app.command("status")(status.status)
 app.add_typer(inspect.tx_app, name="tx")
 operator.add_tx_commands(inspect.tx_app)  # tx recheck | commit | rollback
-app.command("producers")(operator.producers)
+# `producers` lists; `producers check-source set|show|remove` manages check sources.
+producers_app = typer.Typer(no_args_is_help=False)
+producers_app.callback(invoke_without_command=True)(operator.producers)
+producers_app.add_typer(check_sources.app, name="check-source")
+app.add_typer(producers_app, name="producers")
 app.command("subscriptions")(consumers.subscriptions)
 app.add_typer(consumers.dlq_app, name="dlq")
 app.add_typer(tokens.app, name="tokens")

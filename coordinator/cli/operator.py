@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import typer
 
+from coordinator.cli.check_sources import describe
 from coordinator.cli.common import (
     JSON_OPTION,
     console,
@@ -18,9 +19,10 @@ from coordinator.cli.common import (
 from coordinator.cli.formats import age
 from coordinator.cli.inspect import PRODUCER_GROUP_OPTION, TOPIC_OPTION, _find
 from coordinator.cli.tables import Column, print_table
+from coordinator.domain.check_sources import CheckSource
 from coordinator.domain.checkback import OperatorResult
 from coordinator.domain.states import Resolution
-from coordinator.views.producers import ProducerOut, ProducersOut
+from coordinator.views.producers import CheckSourceOut, ProducerOut, ProducersOut
 
 ID_ARGUMENT = typer.Argument(..., metavar="ID", help="Offset, transaction id or message id.")
 
@@ -97,18 +99,26 @@ async def producers(
     group: str | None = typer.Option(None, "--group", "-g", help="Only this producer group."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Registered producer instances: how they get check-backs and whether they are live."""
+    """Registered producer instances: how they get check-backs and whether they are live.
+
+    Groups settled by their own database (`producers check-source`) are listed too.
+    """
+    if ctx.invoked_subcommand is not None:
+        return  # `producers check-source ...`
     async with open_core(ctx) as core:
         found = await core.checkback.producers(group)
+        sources = await core.check_sources.list(group)
     ttl = settings_from(ctx).producer_ttl_seconds
     if as_json:
         # The answer of GET /v1/producers.
         print_json(
-            ProducersOut(producers=[ProducerOut.of(p, ttl_seconds=ttl) for p in found]).model_dump(
-                mode="json"
-            )
+            ProducersOut(
+                producers=[ProducerOut.of(p, ttl_seconds=ttl) for p in found],
+                check_sources=[CheckSourceOut.of(s) for s in sources],
+            ).model_dump(mode="json")
         )
         return
+    _print_sources(sources)
     if not found:
         console.print("No producer instances registered.")
         return
@@ -143,4 +153,21 @@ async def producers(
         f"{live} of {len(found)} instances live (heard from within {ttl:g} s)",
         highlight=False,
         soft_wrap=True,
+    )
+
+
+def _print_sources(sources: list[CheckSource]) -> None:
+    if not sources:
+        return
+    print_table(
+        console,
+        "Settled by their own database (check sources)",
+        [
+            Column("producer group", whole=True),
+            Column("mode"),
+            Column("database"),
+            Column("barrier table"),
+            Column("last check"),
+        ],
+        [[s.producer_group, s.mode.value, s.url, s.barrier_table, describe(s)] for s in sources],
     )

@@ -51,6 +51,12 @@ class Connected(Generic[T]):
         assert transport is not None
         return transport
 
+    def _own_transport(self) -> T:
+        """A transport for one call made before start() (the caller closes it)."""
+        return self._transport_class(
+            self.endpoint, timeout=self.timeout, retry=self.retry, token=self._token
+        )
+
     @property
     def _client(self) -> T:
         if self._transport is None:

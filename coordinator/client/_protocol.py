@@ -267,6 +267,24 @@ def leave_call(producer_group: str, instance_id: str) -> Call:
     return Call("DELETE", _instance_path(producer_group, instance_id))
 
 
+def _check_source_path(producer_group: str) -> str:
+    return f"/v1/producer-groups/{producer_group}/check-source"
+
+
+def set_check_source_call(
+    producer_group: str, database_url: str, barrier_table: str, mode: str
+) -> Call:
+    return Call(
+        "PUT",
+        _check_source_path(producer_group),
+        json={"database_url": database_url, "barrier_table": barrier_table, "mode": mode},
+    )
+
+
+def remove_check_source_call(producer_group: str) -> Call:
+    return Call("DELETE", _check_source_path(producer_group))
+
+
 def poll_checks_call(
     producer_group: str, instance_id: str, wait_seconds: float, timeout: float
 ) -> Call:

@@ -17,6 +17,7 @@ from coordinator.client import _protocol as protocol
 from coordinator.client._base import DEFAULT_ENDPOINT
 from coordinator.client._protocol import RetryPolicy
 from coordinator.client._transport import AsyncTransport, SyncTransport
+from coordinator.client.barrier import DEFAULT_TABLE as DEFAULT_BARRIER_TABLE
 from coordinator.client.listener import AsyncTransactionListener, TransactionListener
 from coordinator.client.message import LocalTransactionState, Message, RecallResult, SendResult
 
@@ -189,6 +190,40 @@ class TransactionProducer(_Producer[SyncTransport, TransactionListener], base.Sy
         with _ending(msg.transaction_id, state.value):
             self._client.call(self._end_call(msg, state, from_check=from_check))
 
+    # check source ------------------------------------------------------------
+    def set_check_source(
+        self,
+        database_url: str,
+        *,
+        barrier_table: str = DEFAULT_BARRIER_TABLE,
+        mode: str = "fallback",
+    ) -> None:
+        """Let this group's database answer its check-backs with the barrier (see Barrier).
+
+        The coordinator connects to `database_url` (a libpq URL; a role that may
+        only INSERT into and SELECT from `barrier_table`) and settles the group's
+        half messages itself: mode "fallback" while no instance of the group is
+        live, "only" always. Works before start() too. Raises InvalidRequest
+        for a refused URL, table or mode.
+        """
+        self._call_any_time(
+            protocol.set_check_source_call(self.group, database_url, barrier_table, mode)
+        )
+
+    def remove_check_source(self) -> None:
+        """Live instances answer the group's check-backs again; idempotent."""
+        self._call_any_time(protocol.remove_check_source_call(self.group))
+
+    def _call_any_time(self, call: protocol.Call) -> None:
+        if self._transport is not None:
+            self._transport.call(call)
+            return
+        transport = self._own_transport()
+        try:
+            transport.call(call)
+        finally:
+            transport.close()
+
     # check-backs -----------------------------------------------------------
     def _heartbeat_loop(self) -> None:
         while not self._stopping.wait(self.heartbeat_interval):
@@ -281,6 +316,32 @@ class AsyncTransactionProducer(
 
     async def recall(self, recall_handle: str) -> RecallResult:
         return protocol.read_recall(await self._client.call(protocol.recall_call(recall_handle)))
+
+    async def set_check_source(
+        self,
+        database_url: str,
+        *,
+        barrier_table: str = DEFAULT_BARRIER_TABLE,
+        mode: str = "fallback",
+    ) -> None:
+        """TransactionProducer.set_check_source, awaited."""
+        await self._call_any_time(
+            protocol.set_check_source_call(self.group, database_url, barrier_table, mode)
+        )
+
+    async def remove_check_source(self) -> None:
+        """TransactionProducer.remove_check_source, awaited."""
+        await self._call_any_time(protocol.remove_check_source_call(self.group))
+
+    async def _call_any_time(self, call: protocol.Call) -> None:
+        if self._transport is not None:
+            await self._transport.call(call)
+            return
+        transport = self._own_transport()
+        try:
+            await transport.call(call)
+        finally:
+            await transport.close()
 
     async def _end(self, msg: Message, state: LocalTransactionState, *, from_check: bool) -> None:
         with _ending(msg.transaction_id, state.value):

@@ -1,4 +1,4 @@
-"""Producer instances and their check-backs over HTTP; Prometheus /metrics.
+"""Producer instances, check sources and their check-backs over HTTP; Prometheus /metrics.
 
 No SQL here: every route is one call into `core.checkback`.
 
@@ -21,6 +21,7 @@ from coordinator.domain.access import Principal
 from coordinator.domain.rules import MAX_POLL_REQUESTS, MAX_POLL_WAIT_SECONDS
 from coordinator.http.checkback_schemas import (
     CheckRequestOut,
+    CheckSourceIn,
     ChecksOut,
     HeartbeatIn,
 )
@@ -29,7 +30,12 @@ from coordinator.http.openapi import DocumentedRoute, errors, example
 from coordinator.http.routes import coordinator
 from coordinator.http.security import json_body, long_poll, principal
 from coordinator.metrics import exposition, set_database_gauges
-from coordinator.views.producers import ProducerOut, ProducersOut
+from coordinator.views.producers import (
+    CheckSourceOut,
+    CheckSourcesOut,
+    ProducerOut,
+    ProducersOut,
+)
 
 router = APIRouter(route_class=DocumentedRoute)
 
@@ -97,8 +103,12 @@ async def list_producers(
     else:
         caller.require_producer_group(producer_group)
     found = await core.checkback.producers(producer_group)
+    sources = await core.check_sources.list(producer_group)
     ttl = core.configs.checkback.producer_ttl_seconds
-    return ProducersOut(producers=[ProducerOut.of(p, ttl_seconds=ttl) for p in found])
+    return ProducersOut(
+        producers=[ProducerOut.of(p, ttl_seconds=ttl) for p in found],
+        check_sources=[CheckSourceOut.of(s) for s in sources],
+    )
 
 
 @router.get(
@@ -159,3 +169,74 @@ async def prometheus_metrics(
         request.app.state.settings.max_metric_label_values,
     )
     return Response(content=exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+CHECK_SOURCE = "/v1/producer-groups/{producer_group}/check-source"
+
+
+@router.put(
+    CHECK_SOURCE,
+    response_model=CheckSourceOut,
+    dependencies=[Depends(json_body)],
+    tags=["producers"],
+    summary="Let the group's own database answer its check-backs (barrier table)",
+    description=(
+        "Registers, or replaces, the producer group's check source: the coordinator answers "
+        "the group's check-backs itself with the barrier's rule in that database (mode "
+        "`fallback`: while no instance of the group is live; `only`: always). The password "
+        "is stored encrypted and never shown: the answer carries the URL with `***`."
+    ),
+)
+async def put_check_source(
+    producer_group: ProducerGroupPath,
+    body: CheckSourceIn,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> CheckSourceOut:
+    caller.require_producer_group(producer_group)
+    source = await core.check_sources.set(
+        producer_group, body.database_url, barrier_table=body.barrier_table, mode=body.mode
+    )
+    return CheckSourceOut.of(source)
+
+
+@router.get(
+    CHECK_SOURCE,
+    response_model=CheckSourceOut,
+    tags=["producers"],
+    summary="The group's check source (password masked) and how its last check went",
+)
+async def get_check_source(
+    producer_group: ProducerGroupPath,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> CheckSourceOut:
+    caller.require_producer_group(producer_group)
+    return CheckSourceOut.of(await core.check_sources.get(producer_group))
+
+
+@router.delete(
+    CHECK_SOURCE,
+    status_code=204,
+    tags=["producers"],
+    summary="Remove the group's check source (live instances answer again); idempotent",
+)
+async def delete_check_source(
+    producer_group: ProducerGroupPath,
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> Response:
+    caller.require_producer_group(producer_group)
+    await core.check_sources.remove(producer_group)
+    return Response(status_code=204)
+
+
+@router.get("/v1/check-sources", response_model=CheckSourcesOut, tags=["producers"])
+async def list_check_sources(
+    core: Coordinator = Depends(coordinator),
+    caller: Principal = Depends(principal),
+) -> CheckSourcesOut:
+    """Every producer group's check source (admin), passwords masked."""
+    caller.require_admin("list every group's check source")
+    found = await core.check_sources.list()
+    return CheckSourcesOut(check_sources=[CheckSourceOut.of(s) for s in found])
