@@ -125,7 +125,7 @@ def test_every_kill_plan_kills_each_kind(seed: int) -> None:
 
 @pytest.mark.slow
 def test_the_exactly_once_soak_passes_under_kills() -> None:
-    """About 80 s: PostgreSQL, two nodes, four producers, two groups of two consumers, kills."""
+    """About a minute: PostgreSQL, two nodes, four producers, two groups of two consumers, kills."""
     started = time.monotonic()
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
     command = [sys.executable, "-m", "bench.soak", "--exactly-once", "--seconds", "40"]
@@ -160,6 +160,7 @@ def test_the_exactly_once_soak_passes_under_kills() -> None:
     orders = report["orders"]
     assert orders["committed_locally"] > 0 and orders["rolled_back_locally"] > 0
     assert report["coordinator"]["prepared"] == 0
+    assert set(report["check_sources_registered"]) == {"only", "fallback"}
     # Half messages of dead producers: the database settled some.
     assert report["settled_by_check"]["database"] > 0
     for name, group in report["groups"].items():
