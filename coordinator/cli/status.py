@@ -26,7 +26,7 @@ from coordinator.cli.formats import age
 from coordinator.cli.status_storage import storage_parts
 from coordinator.cli.tables import Column, fitted
 from coordinator.core import Coordinator
-from coordinator.domain.overview import MAX_MINUTES, MinuteCounts, Overview
+from coordinator.domain.overview import MAX_MINUTES, MinuteCounts, Overview, ProducerGroupCount
 from coordinator.views.overview import OverviewOut
 
 SPARKS = " ▁▂▃▄▅▆▇█"
@@ -206,9 +206,10 @@ def render(overview: Overview, *, width: int, footer: str = "") -> RenderableTyp
                     Column("producer group", whole=True),
                     Column("live", right=True),
                     Column("registered", right=True),
+                    Column("check source"),
                 ],
                 [
-                    [p.producer_group, f"{p.live:,}", f"{p.registered:,}"]
+                    [p.producer_group, f"{p.live:,}", f"{p.registered:,}", _source(p)]
                     for p in overview.producers
                 ],
                 width,
@@ -342,3 +343,13 @@ async def _reads(
             return
         with suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval)
+
+
+def _source(group: ProducerGroupCount) -> str:
+    """Whether the group's own database settles it, and how its last check went."""
+    if group.check_source_mode is None:
+        return "-"
+    said = f"database ({group.check_source_mode}): "
+    if group.check_source_checked_at is None:
+        return said + "not checked yet"
+    return said + ("ok" if group.check_source_ok else f"failed: {group.check_source_error}")

@@ -26,6 +26,8 @@ DEFAULT_BARRIER_TABLE = "coordinator_barrier"
 # The SDK barrier's own rule: a table name or schema.table, plain identifiers.
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?$")
 _SCHEMES = ("postgresql", "postgres")
+# A DNS name (IDNs in their xn-- form) or an IP address (IPv6 in brackets in the URL).
+_HOST = re.compile(r"^[A-Za-z0-9.-]{1,253}$|^[0-9A-Fa-f:.]+$")
 # Connection parameters a URL may carry. Others could make the coordinator
 # read its own files (sslkey, passfile, service) or go elsewhere (host,
 # hostaddr): refused with a sentence.
@@ -55,6 +57,8 @@ def check_source_url(database_url: str) -> SourceUrl:
         raise InvalidMessage("database_url must be a postgresql:// URL")
     if len(database_url) > CHECK_URL_MAX_LENGTH:
         raise InvalidMessage(f"database_url is longer than {CHECK_URL_MAX_LENGTH} characters")
+    if not database_url.isprintable() or "%00" in database_url:
+        raise InvalidMessage("database_url must not contain control characters")
     try:
         parts = urlsplit(database_url)
         port = parts.port or 5432
@@ -63,9 +67,10 @@ def check_source_url(database_url: str) -> SourceUrl:
     if parts.scheme not in _SCHEMES:
         raise InvalidMessage("database_url must be a postgresql:// URL")
     host = (parts.hostname or "").rstrip(".")
-    if not host or "," in parts.netloc.rpartition("@")[2]:
+    if not host or "," in parts.netloc.rpartition("@")[2] or not _HOST.match(host):
         raise InvalidMessage(
-            "database_url must name one host (a TCP host name or address; no socket directory)"
+            "database_url must name one TCP host: a DNS name (international names in their "
+            "xn-- form) or an IP address; no socket directory"
         )
     reason = forbidden_host(host)
     if reason is not None:

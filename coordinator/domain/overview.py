@@ -114,6 +114,11 @@ class ProducerGroupCount:
     producer_group: str
     live: int
     registered: int
+    # The group's check source (its own database answers its check-backs), if any.
+    check_source_mode: str | None = None
+    check_source_checked_at: datetime | None = None
+    check_source_ok: bool | None = None
+    check_source_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from coordinator.http.checkback_schemas import (
     HeartbeatIn,
 )
 from coordinator.http.fields import GroupName, InstanceId
-from coordinator.http.openapi import DocumentedRoute, errors, example
+from coordinator.http.openapi import DocumentedRoute, described, errors, example
 from coordinator.http.routes import coordinator
 from coordinator.http.security import json_body, long_poll, principal
 from coordinator.metrics import exposition, set_database_gauges
@@ -203,6 +203,7 @@ async def put_check_source(
 @router.get(
     CHECK_SOURCE,
     response_model=CheckSourceOut,
+    responses=described({404: "`not_found`: the producer group has no check source"}),
     tags=["producers"],
     summary="The group's check source (password masked) and how its last check went",
 )

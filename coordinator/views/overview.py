@@ -77,6 +77,19 @@ class ProducerGroupOut(RecordOut):
     producer_group: str
     live: int = Field(description="Instances heard from within producer_ttl_seconds.")
     registered: int
+    check_source_mode: str | None = Field(
+        default=None,
+        description="fallback or only when the group's own database answers its check-backs.",
+    )
+    check_source_checked_at: datetime | None = Field(
+        default=None, description="When the group's database was last asked."
+    )
+    check_source_ok: bool | None = Field(
+        default=None, description="Whether that check got the barrier's answer."
+    )
+    check_source_error: str | None = Field(
+        default=None, description="Why the last check of the database failed."
+    )
 
 
 class ConsumerOut(RecordOut):

@@ -103,13 +103,14 @@ def test_the_producer_routes(http: httpx.Client, db: psycopg.Connection) -> None
     listed = http.get("/v1/producers", params={"producer_group": GROUP}).json()["producers"]
     assert [p["instance_id"] for p in listed] == ["instance-1"]
     assert http.get("/v1/producers", params={"producer_group": "nobody"}).json() == {
-        "producers": []
+        "producers": [],
+        "check_sources": [],
     }
 
     assert http.get(INSTANCE_PATH + "/checks", params={"wait_seconds": 0}).json() == {"checks": []}
     assert http.delete(INSTANCE_PATH).status_code == 204
     assert http.delete(INSTANCE_PATH).status_code == 204  # idempotent
-    assert http.get("/v1/producers").json() == {"producers": []}
+    assert http.get("/v1/producers").json() == {"producers": [], "check_sources": []}
 
 
 @pytest.mark.parametrize(
@@ -149,7 +150,7 @@ def test_check_urls_the_coordinator_must_not_call_get_a_400_sentence(
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_request"
     assert says in response.json()["message"]
-    assert http.get("/v1/producers").json() == {"producers": []}
+    assert http.get("/v1/producers").json() == {"producers": [], "check_sources": []}
 
 
 def test_metrics_show_half_messages_resolutions_and_check_backs(http: httpx.Client) -> None:

@@ -91,6 +91,9 @@ SERVER_SETTINGS = Settings(
     check_scheduler_enabled=False,
     transaction_timeout_seconds=0.1,
     check_poll_fallback_seconds=0.05,
+    # A fuzzed check source's password is encrypted with this, not a key file
+    # made in the working directory.
+    check_source_key="fuzzing",
 )
 
 

@@ -296,7 +296,7 @@ def test_another_groups_producers_can_be_neither_listed_nor_deregistered(
     assert len(listed("admin").json()["producers"]) == 1
 
     assert http.delete(INSTANCE, headers=as_["producer"]).status_code == 204
-    assert listed("admin").json() == {"producers": []}
+    assert listed("admin").json() == {"producers": [], "check_sources": []}
 
 
 # --- consumers ------------------------------------------------------------------

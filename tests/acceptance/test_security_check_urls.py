@@ -185,7 +185,7 @@ def test_check_urls_naming_forbidden_addresses_in_ipv6_forms_are_refused_at_regi
             f"is link-local, where cloud instance metadata services live "
             f"({form} form of 169.254.169.254); the coordinator does not call it"
         ), message
-    assert http.get("/v1/producers").json() == {"producers": []}
+    assert http.get("/v1/producers").json() == {"producers": [], "check_sources": []}
 
 
 def test_a_check_url_registered_before_the_rules_is_checked_again_before_each_push(

@@ -57,14 +57,18 @@ async def ask(
         url = check_source_url(source["database_url"])
         secret = source["password_encrypted"]
         password = box.decrypt(secret) if secret else None
-        address = await _checked_address(url.host, url.port)
     except CoordinatorError as error:
         return BarrierAnswer(None, error.message)
-    except OSError as error:
-        return BarrierAnswer(None, f"the host {url.host!r} does not resolve: {error}")
     table = source["barrier_table"]
     try:
+        # One bound for all of it: resolving the name, connecting, the statements.
         async with asyncio.timeout(timeout_seconds + 1.0):
+            try:
+                address = await _checked_address(url.host, url.port)
+            except CoordinatorError as error:
+                return BarrierAnswer(None, error.message)
+            except OSError as error:
+                return BarrierAnswer(None, f"the host {url.host!r} does not resolve: {error}")
             outcome = await check_barrier(
                 url.url,
                 password=password,

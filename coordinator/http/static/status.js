@@ -231,6 +231,16 @@ function show(overview) {
     cell(tr, p.producer_group, "name");
     cell(tr, count(p.live), p.live > 0 ? "n" : "n bad").dataset.field = "live";
     cell(tr, count(p.registered), "n").dataset.field = "registered";
+    // groups settled by their own database: the mode and how its last check went
+    let source = "";
+    if (p.check_source_mode) {
+      source = `database (${p.check_source_mode}): ` + (p.check_source_checked_at === null
+        ? "not checked yet"
+        : (p.check_source_ok ? "ok" : `failed: ${p.check_source_error || ""}`));
+    }
+    const settled = cell(tr, source);
+    settled.dataset.field = "check_source";
+    if (p.check_source_ok === false) settled.classList.add("bad");
   });
   const now = new Date(overview.at);
   fill("consumers", overview.consumers, "consumers-empty", (tr, c) => {

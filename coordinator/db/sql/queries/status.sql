@@ -152,12 +152,24 @@ ORDER BY p.consumer_group, p.topic;
 
 -- name: producer_counts
 -- Registered and live instances per producer group (the registry is small:
--- instances not heard from for producer_forget_seconds leave it).
-SELECT producer_group,
-       count(*) FILTER (
-           WHERE last_seen_at > now() - make_interval(secs => %(producer_ttl_seconds)s::float8)
-       ) AS live,
-       count(*) AS registered
-FROM producers
-GROUP BY producer_group
-ORDER BY producer_group;
+-- instances not heard from for producer_forget_seconds leave it), and the
+-- group's check source, if it has one: its mode and how its last check went.
+WITH counts AS (
+    SELECT producer_group,
+           count(*) FILTER (
+               WHERE last_seen_at > now() - make_interval(secs => %(producer_ttl_seconds)s::float8)
+           ) AS live,
+           count(*) AS registered
+    FROM producers
+    GROUP BY producer_group
+)
+SELECT coalesce(counts.producer_group, s.producer_group) AS producer_group,
+       coalesce(counts.live, 0) AS live,
+       coalesce(counts.registered, 0) AS registered,
+       s.mode AS check_source_mode,
+       s.last_check_at AS check_source_checked_at,
+       s.last_ok AS check_source_ok,
+       s.last_error AS check_source_error
+FROM counts
+FULL JOIN check_sources AS s ON s.producer_group = counts.producer_group
+ORDER BY 1;
