@@ -45,11 +45,18 @@ import logging
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 from coordinator.client._base import survive_call_errors
+from coordinator.client._databases import (
+    async_transaction,
+    execute,
+    execute_async,
+    fetchone_async,
+    transaction,
+)
 from coordinator.client.consumer import (
     AsyncMessageListener,
     AsyncSimpleConsumer,
@@ -131,10 +138,11 @@ class _InboxTable:
 
     @property
     def _purge_sql(self) -> str:
-        # ctid: a batch of rows by their physical address, with no key to page on.
+        # A batch found on the received_at index, deleted by its primary keys.
         return (
-            f"DELETE FROM {self.table} WHERE ctid IN ("
-            f"SELECT ctid FROM {self.table} WHERE consumer_group = :group "
+            f"DELETE FROM {self.table} WHERE (consumer_group, message_offset) IN ("
+            f"SELECT consumer_group, message_offset FROM {self.table} "
+            "WHERE consumer_group = :group "
             "AND received_at < now() - make_interval(secs => :seconds) LIMIT :batch)"
         )
 
@@ -188,9 +196,9 @@ class Inbox(_InboxTable):
     _lock_class = threading.Lock
 
     def create_table(self) -> None:
-        with self._transaction() as conn:
+        with transaction(self.database) as conn:
             for statement in self.ddl().split(";\n"):
-                _execute(conn, statement, {})
+                execute(conn, statement, {})
 
     def process(self, conn: Any, message: ReceivedMessage, handler: Handler) -> bool:
         """Inside the caller's own transaction: insert the key and run the handler.
@@ -199,7 +207,7 @@ class Inbox(_InboxTable):
         caller commits, then acks; an error, the handler's included, leaves
         the transaction to be rolled back.
         """
-        if _execute(conn, self._insert_sql, self._key(message)).fetchone() is None:
+        if execute(conn, self._insert_sql, self._key(message)).fetchone() is None:
             return False
         handler(conn, message)
         return True
@@ -213,7 +221,7 @@ class Inbox(_InboxTable):
         message is delivered again after its invisible duration.
         """
         self._check_group(consumer.settings.group)
-        with self._transaction() as conn:
+        with transaction(self.database) as conn:
             ran = self.process(conn, message, handler)
         with survive_call_errors(log.warning, _acking, message.message_id):
             consumer.ack(message)
@@ -225,7 +233,7 @@ class Inbox(_InboxTable):
         acks); a handler error is raised, so the message is delivered again."""
 
         def listen(message: ReceivedMessage) -> ConsumeResult:
-            with self._transaction() as conn:
+            with transaction(self.database) as conn:
                 self.process(conn, message, handler)
             self._purge_when_due()
             return ConsumeResult.SUCCESS
@@ -238,8 +246,8 @@ class Inbox(_InboxTable):
         params = self._purge_params(older_than)
         deleted = 0
         while True:
-            with self._transaction() as conn:
-                count = _execute(conn, self._purge_sql, params).rowcount
+            with transaction(self.database) as conn:
+                count = execute(conn, self._purge_sql, params).rowcount
             deleted += count
             if count < self.purge_batch:
                 return deleted
@@ -254,23 +262,6 @@ class Inbox(_InboxTable):
         finally:
             self._purging.release()
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Any]:
-        """A connection (or session) in a transaction: committed when the block
-        ends, rolled back when it raises."""
-        database = self.database
-        if isinstance(database, str):
-            import psycopg
-
-            with psycopg.connect(database) as conn:  # commits, or rolls back, then closes
-                yield conn
-        elif _is_pool(database):  # psycopg_pool.ConnectionPool
-            with database.connection() as conn:
-                yield conn
-        else:  # SQLAlchemy Engine or sessionmaker
-            with database.begin() as conn:
-                yield conn
-
 
 class AsyncInbox(_InboxTable):
     """The asyncio twin, for AsyncSimpleConsumer and AsyncPushConsumer.
@@ -284,14 +275,14 @@ class AsyncInbox(_InboxTable):
     _lock_class = asyncio.Lock
 
     async def create_table(self) -> None:
-        async with self._transaction() as conn:
+        async with async_transaction(self.database) as conn:
             for statement in self.ddl().split(";\n"):
-                await _execute_async(conn, statement, {})
+                await execute_async(conn, statement, {})
 
     async def process(self, conn: Any, message: ReceivedMessage, handler: AsyncHandler) -> bool:
         """Inside the caller's own transaction (see Inbox.process)."""
-        inserted = await _execute_async(conn, self._insert_sql, self._key(message))
-        if await _fetchone(inserted) is None:
+        inserted = await execute_async(conn, self._insert_sql, self._key(message))
+        if await fetchone_async(inserted) is None:
             return False
         await handler(conn, message)
         return True
@@ -301,7 +292,7 @@ class AsyncInbox(_InboxTable):
     ) -> bool:
         """Process in a transaction of its own, commit, then ack (see Inbox.consume)."""
         self._check_group(consumer.settings.group)
-        async with self._transaction() as conn:
+        async with async_transaction(self.database) as conn:
             ran = await self.process(conn, message, handler)
         with survive_call_errors(log.warning, _acking, message.message_id):
             await consumer.ack(message)
@@ -312,7 +303,7 @@ class AsyncInbox(_InboxTable):
         """An AsyncPushConsumer listener (see Inbox.listener)."""
 
         async def listen(message: ReceivedMessage) -> ConsumeResult:
-            async with self._transaction() as conn:
+            async with async_transaction(self.database) as conn:
                 await self.process(conn, message, handler)
             await self._purge_when_due()
             return ConsumeResult.SUCCESS
@@ -324,8 +315,8 @@ class AsyncInbox(_InboxTable):
         params = self._purge_params(older_than)
         deleted = 0
         while True:
-            async with self._transaction() as conn:
-                count = (await _execute_async(conn, self._purge_sql, params)).rowcount
+            async with async_transaction(self.database) as conn:
+                count = (await execute_async(conn, self._purge_sql, params)).rowcount
             deleted += count
             if count < self.purge_batch:
                 return deleted
@@ -338,21 +329,6 @@ class AsyncInbox(_InboxTable):
                 with _surviving_purge():
                     await self.purge()
 
-    @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[Any]:
-        database = self.database
-        if isinstance(database, str):
-            import psycopg
-
-            async with await psycopg.AsyncConnection.connect(database) as conn:
-                yield conn
-        elif _is_pool(database):  # psycopg_pool.AsyncConnectionPool
-            async with database.connection() as conn:
-                yield conn
-        else:  # SQLAlchemy AsyncEngine or async_sessionmaker
-            async with database.begin() as conn:
-                yield conn
-
 
 @contextlib.contextmanager
 def _surviving_purge() -> Iterator[None]:
@@ -362,39 +338,3 @@ def _surviving_purge() -> Iterator[None]:
         yield
     except Exception:
         log.warning("purging the inbox failed; tried again later", exc_info=True)
-
-
-def _psycopg(sql: str) -> str:
-    return re.sub(r"(?<!:):(\w+)", r"%(\1)s", sql)
-
-
-def _is_pool(database: Any) -> bool:
-    return type(database).__module__.startswith("psycopg_pool")
-
-
-def _is_sqlalchemy(conn: Any) -> bool:
-    return type(conn).__module__.startswith("sqlalchemy")
-
-
-def _execute(conn: Any, sql: str, params: dict[str, Any]) -> Any:
-    """Run on a psycopg Connection or an SQLAlchemy Connection/Session."""
-    if _is_sqlalchemy(conn):
-        from sqlalchemy import text
-
-        return conn.execute(text(sql), params)
-    return conn.execute(_psycopg(sql), params)
-
-
-async def _execute_async(conn: Any, sql: str, params: dict[str, Any]) -> Any:
-    """Run on a psycopg AsyncConnection or an SQLAlchemy AsyncConnection/AsyncSession."""
-    if _is_sqlalchemy(conn):
-        from sqlalchemy import text
-
-        return await conn.execute(text(sql), params)
-    return await conn.execute(_psycopg(sql), params)
-
-
-async def _fetchone(result: Any) -> Any:
-    """The first row of a psycopg AsyncCursor (awaited) or an SQLAlchemy Result (not)."""
-    row = result.fetchone()
-    return await row if asyncio.iscoroutine(row) else row

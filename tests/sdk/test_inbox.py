@@ -3,16 +3,20 @@ consumer's own database, whatever the number of deliveries."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from sqlalchemy import create_engine, text
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import sessionmaker
@@ -31,11 +35,47 @@ from coordinator.config import Settings
 from coordinator.db.urls import sqlalchemy_url
 from tests.conftest import LiveServer
 from tests.sdk.conftest import eventually
-from tests.sdk.test_consumers_and_async import _send
-from tests.sdk.test_producer import COMMIT
 
 GROUP = "billing"
 SUBSCRIPTIONS = {"orders": "*"}
+
+
+def _send(url: str, count: int = 1) -> list[str]:
+    """Commit `count` messages to the topic over HTTP; returns their message ids."""
+    ids = []
+    with httpx.Client(base_url=url) as http:
+        for n in range(count):
+            sent = http.post(
+                "/v1/transactions",
+                json={"topic": "orders", "producer_group": "shop", "body_text": f"order {n}"},
+            ).json()
+            ended = http.post(
+                f"/v1/transactions/{sent['transaction_id']}/end",
+                json={"producer_group": "shop", "resolution": "commit"},
+            )
+            assert ended.json()["state"] == "committed"
+            ids.append(sent["message_id"])
+    return ids
+
+
+def _receive_one(consumer: SimpleConsumer, **options: float) -> ReceivedMessage:
+    """The next message, within a bounded number of long polls (a slow machine's
+    poll may end before a message becomes visible again)."""
+    for _ in range(10):
+        received = consumer.receive(1, **options)
+        if received:
+            (message,) = received
+            return message
+    raise AssertionError("no message within 10 receives")
+
+
+async def _receive_one_async(consumer: AsyncSimpleConsumer) -> ReceivedMessage:
+    for _ in range(10):
+        received = await consumer.receive(1)
+        if received:
+            (message,) = received
+            return message
+    raise AssertionError("no message within 10 receives")
 
 
 def _message(offset: int = 1, message_id: str = "m-1") -> ReceivedMessage:
@@ -198,12 +238,12 @@ def _waiting_on_a_lock(db: psycopg.Connection) -> bool:
 
 
 def test_purge_removes_only_rows_older_than_the_window(
-    tables: Inbox, database_url: str, db: psycopg.Connection
+    tables: Inbox, database: Any, db: psycopg.Connection
 ) -> None:
-    inbox = Inbox(database_url, GROUP, purge_batch=2)  # several batches
+    inbox = Inbox(database, GROUP, purge_batch=2)  # several batches
     for offset in range(1, 8):
         inbox.listener(_write)(_message(offset, f"m-{offset}"))
-    Inbox(database_url, "audit").listener(_write)(_message(1, "m-1"))
+    Inbox(database, "audit").listener(_write)(_message(1, "m-1"))
     db.execute(
         "UPDATE coordinator_inbox SET received_at = now() - interval '15 days' "
         "WHERE message_offset <= 5"
@@ -217,6 +257,30 @@ def test_purge_removes_only_rows_older_than_the_window(
     assert [(g, o) for g, o, *_ in _inbox(db)] == [("audit", 1), (GROUP, 6), (GROUP, 7)]
     assert inbox.purge(older_than=timedelta(days=10)) == 1
     assert inbox.purge() == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["url", "pool", "engine"])
+async def test_the_async_inbox_skips_duplicates_and_purges_old_rows(
+    tables: Inbox, database_url: str, db: psycopg.Connection, kind: str
+) -> None:
+    engine = create_async_engine(sqlalchemy_url(database_url))
+    pool = AsyncConnectionPool(database_url, min_size=1, max_size=2, open=False)
+    database = {"url": database_url, "pool": pool, "engine": engine}[kind]
+    try:
+        await pool.open()
+        inbox = AsyncInbox(database, GROUP, purge_batch=1)
+        await inbox.create_table()
+        listen = inbox.listener(_write_async)
+        for offset in (1, 1, 2):
+            assert await listen(_message(offset, f"m-{offset}")) == "success"
+        assert _effects(db) == ["m-1", "m-2"]
+        db.execute("UPDATE coordinator_inbox SET received_at = now() - interval '15 days'")
+        assert await inbox.purge() == 2
+    finally:
+        await pool.close()
+        await engine.dispose()
+    assert _inbox(db) == []
 
 
 def test_the_listener_purges_by_itself_at_most_every_purge_every(
@@ -248,14 +312,14 @@ def test_a_simple_consumer_redelivery_is_skipped_and_acked(
     server: LiveServer, tables: Inbox, db: psycopg.Connection
 ) -> None:
     with SimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=2) as consumer:
-        (sent,) = _send(server.url, COMMIT)
-        (message,) = consumer.receive(1)
+        (sent,) = _send(server.url)
+        message = _receive_one(consumer)
         # Processed and committed, then the consumer dies before its ack: the
         # message comes back when its invisible duration ends (made short here).
         with psycopg.connect(tables.database) as conn:
             assert tables.process(conn, message, _write) is True
         consumer.change_invisible_duration(message, 0.1)
-        (again,) = consumer.receive(1)
+        again = _receive_one(consumer)
         assert (again.message_id, again.delivery_attempt) == (sent, 2)
         assert tables.consume(consumer, again, _fail) is False  # skipped, acked
         assert consumer.receive(1, wait_seconds=0.5) == []
@@ -268,12 +332,12 @@ def test_a_handler_error_is_not_acked_and_the_redelivery_commits_once(
 ) -> None:
     handler = FailsFirst()
     with SimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=2) as consumer:
-        (sent,) = _send(server.url, COMMIT)
-        (message,) = consumer.receive(1, invisible_seconds=0.5)
+        (sent,) = _send(server.url)
+        message = _receive_one(consumer, invisible_seconds=0.5)
         with pytest.raises(RuntimeError):
             tables.consume(consumer, message, handler)
         assert (_effects(db), _inbox(db)) == ([], [])
-        (again,) = consumer.receive(1)  # not acked: back after its invisible duration
+        again = _receive_one(consumer)  # not acked: back after its invisible duration
         assert again.delivery_attempt == 2
         assert tables.consume(consumer, again, handler) is True
         assert consumer.receive(1, wait_seconds=0.5) == []
@@ -293,8 +357,8 @@ def test_a_failed_ack_brings_the_message_back_and_it_is_skipped_then_acked(
     consumer = SimpleConsumer(GROUP, SUBSCRIPTIONS, first.url, wait_seconds=2, retry=no_retry)
     try:
         consumer.start()
-        (sent,) = _send(first.url, COMMIT)
-        (message,) = consumer.receive(1, invisible_seconds=1)
+        (sent,) = _send(first.url)
+        message = _receive_one(consumer, invisible_seconds=1)
     finally:
         first.__exit__(None, None, None)  # the coordinator goes down before the ack
     try:
@@ -308,7 +372,7 @@ def test_a_failed_ack_brings_the_message_back_and_it_is_skipped_then_acked(
         LiveServer(database_url, fast_settings) as server,
         SimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=3) as consumer,
     ):
-        (again,) = consumer.receive(1)
+        again = _receive_one(consumer)
         assert again.message_id == sent and again.delivery_attempt == 2
         assert tables.consume(consumer, again, _fail) is False
     assert _effects(db) == [sent]
@@ -325,7 +389,7 @@ def test_a_push_consumer_listener_commits_each_message_once(
         with PushConsumer(
             GROUP, SUBSCRIPTIONS, inbox.listener(handler), server.url, retry_schedule=[0.2]
         ):
-            sent = _send(server.url, COMMIT, COMMIT)
+            sent = _send(server.url, 2)
             eventually(lambda: len(_inbox(db)) == 2 and _deliveries(db) == 0)
     finally:
         engine.dispose()
@@ -342,12 +406,12 @@ async def test_async_simple_consumer_over_psycopg_skips_a_redelivery(
 ) -> None:
     inbox = AsyncInbox(database_url, GROUP)
     async with AsyncSimpleConsumer(GROUP, SUBSCRIPTIONS, server.url, wait_seconds=2) as consumer:
-        (sent,) = await asyncio.to_thread(_send, server.url, COMMIT)
-        (message,) = await consumer.receive(1)
+        (sent,) = await asyncio.to_thread(_send, server.url)
+        message = await _receive_one_async(consumer)
         async with await psycopg.AsyncConnection.connect(database_url) as conn:
             assert await inbox.process(conn, message, _write_async) is True
         await consumer.change_invisible_duration(message, 0.1)
-        (again,) = await consumer.receive(1)
+        again = await _receive_one_async(consumer)
         assert await inbox.consume(consumer, again, _fail_async) is False
         assert await consumer.receive(1, wait_seconds=0.5) == []
     assert _effects(db) == [sent]
@@ -373,7 +437,7 @@ async def test_async_push_consumer_over_sqlalchemy_commits_once_after_an_error(
         async with AsyncPushConsumer(
             GROUP, SUBSCRIPTIONS, inbox.listener(handler), server.url, retry_schedule=[0.2]
         ):
-            (sent,) = await asyncio.to_thread(_send, server.url, COMMIT)
+            (sent,) = await asyncio.to_thread(_send, server.url)
             await asyncio.to_thread(
                 eventually, lambda: len(_inbox(db)) == 1 and _deliveries(db) == 0
             )
@@ -392,3 +456,43 @@ def _deliveries(db: psycopg.Connection) -> int:
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+# --- docs/exactly-once.md stays true ---------------------------------------------------------
+
+EXACTLY_ONCE = Path(__file__).resolve().parents[2] / "docs" / "exactly-once.md"
+
+
+def _inbox_section(heading: str = "## Consumer inbox") -> str:
+    page = EXACTLY_ONCE.read_text()
+    start = page.index(f"\n{heading}\n")
+    end = page.find("\n## ", start + len(heading) + 2)
+    return page[start : end if end != -1 else len(page)]
+
+
+def _blocks(text_: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text_, flags=re.DOTALL)
+
+
+def test_the_documented_table_is_the_inbox_ddl(database_url: str) -> None:
+    documented = _blocks(_inbox_section(), "sql")[0]
+    assert documented.strip() == Inbox(database_url, GROUP).ddl()
+
+
+def test_the_documented_plain_sql_recipe_records_a_message_once(
+    tables: Inbox, database_url: str, db: psycopg.Connection
+) -> None:
+    (recipe,) = _blocks(_inbox_section("### The same recipe as plain SQL"), "sql")
+    db.execute("CREATE TABLE invoices (order_id text NOT NULL)")
+    claim = recipe[recipe.index("INSERT INTO coordinator_inbox") :].split(";")[0]
+    effect = recipe[recipe.index("INSERT INTO invoices") :].split(";")[0]
+    for _ in range(2):  # the second run is a redelivery
+        with psycopg.connect(database_url) as conn:
+            if conn.execute(claim).fetchone() is not None:
+                conn.execute(effect)
+    assert db.execute("SELECT order_id FROM invoices").fetchall() == [("order-1001",)]
+
+
+def test_the_documented_python_snippets_compile() -> None:
+    for snippet in _blocks(_inbox_section(), "python"):
+        compile(snippet, "exactly-once.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)

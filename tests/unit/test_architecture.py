@@ -66,6 +66,10 @@ DOORS = {"http", "grpc"}
 SQL_OUTSIDE_DB = {
     # The SDK's barrier runs in the producer's own database, on the producer's table.
     "coordinator.client.barrier",
+    # ... and its inbox in the consumer's own database, on the consumer's table,
+    # both through the SDK's runner for the user's psycopg or SQLAlchemy handles.
+    "coordinator.client.inbox",
+    "coordinator.client._databases",
     # Spark's reader wraps a named query (or the producer's table) in the
     # SELECT of one partition; the statement itself comes from db/.
     "coordinator.pipeline.source",
