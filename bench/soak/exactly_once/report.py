@@ -120,7 +120,9 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     run.add_row("coordinator nodes killed", f"{faults['coordinator_kills']:,}")
     run.add_row(
         "postgres restarts",
-        f"{faults['postgres_restarts']:,}" if options["postgres_faults"] else "- (not asked for)",
+        f"{faults['postgres_restarts']:,} ({faults['postgres_crashes']} immediate)"
+        if options["postgres_faults"]
+        else "- (not asked for)",
     )
     exits = report["unplanned_exits"]
     run.add_row(
