@@ -138,12 +138,13 @@ class _InboxTable:
 
     @property
     def _purge_sql(self) -> str:
-        # A batch found on the received_at index, deleted by its primary keys.
+        # A batch found on the received_at index, deleted by a TID scan of its
+        # rows' addresses (an IN over the keys would hash-join a scan of the
+        # whole table). Inbox rows are never updated: their addresses hold.
         return (
-            f"DELETE FROM {self.table} WHERE (consumer_group, message_offset) IN ("
-            f"SELECT consumer_group, message_offset FROM {self.table} "
-            "WHERE consumer_group = :group "
-            "AND received_at < now() - make_interval(secs => :seconds) LIMIT :batch)"
+            f"DELETE FROM {self.table} WHERE ctid = ANY(ARRAY("
+            f"SELECT ctid FROM {self.table} WHERE consumer_group = :group "
+            "AND received_at < now() - make_interval(secs => :seconds) LIMIT :batch))"
         )
 
     def _key(self, message: ReceivedMessage) -> dict[str, Any]:

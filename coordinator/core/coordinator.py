@@ -21,6 +21,11 @@ from coordinator.core.transactions import Transactions
 from coordinator.db.notifier import CHANNELS, Notifier
 from coordinator.db.pool import CoordinatorPool, open_pool
 
+# How long a starting node waits for its pool's first connections; a database
+# that cannot give pool_min_size connections within it will not serve either,
+# so the node ends with a sentence instead of waiting psycopg's 30 s.
+POOL_OPEN_SECONDS = 10.0
+
 
 class Coordinator:
     def __init__(
@@ -63,7 +68,7 @@ class Coordinator:
             max_size=settings.pool_max_size,
             timeout=settings.pool_timeout_seconds,
         )
-        await pool.open(wait=True)
+        await pool.open(wait=True, timeout=POOL_OPEN_SECONDS)
         notifier = (
             Notifier(database_url, CHANNELS, on_connection_lost=pool.suspect) if listen else None
         )
