@@ -3,12 +3,13 @@
 One small connection per check, closed when the check ends: check sources
 are few and a check is rare (at most one per half message per check
 interval), so a pool would only hold connections to the producers'
-databases open for nothing. The connection goes to `address`, the address
-the caller checked (libpq `hostaddr`), while `host` stays the name TLS
-verifies: a name that resolves elsewhere by the time libpq would resolve it
-again (DNS rebinding) cannot redirect the connection. `lock_timeout` and
-`statement_timeout` bound the wait on a local transaction still holding the
-barrier key; the caller bounds the whole check too.
+databases open for nothing. The connection goes to `addresses`, the
+addresses the caller checked (libpq `hostaddr`, one attempt per address),
+while `host` stays the name TLS verifies: a name that resolves elsewhere by
+the time libpq would resolve it again (DNS rebinding) cannot redirect the
+connection. `lock_timeout` and `statement_timeout` bound the wait on a local
+transaction still holding the barrier key; the caller bounds the whole check
+too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ async def check_barrier(
     url: str,
     *,
     password: str | None,
-    address: str,
+    host: str,
+    addresses: list[str],
     table: str,
     transaction_id: str,
     timeout_seconds: float,
@@ -40,7 +42,9 @@ async def check_barrier(
     conn = await AsyncConnection.connect(
         url,
         password=password,
-        hostaddr=address,
+        # one attempt per checked address, in order, each pinned to it
+        host=",".join([host] * len(addresses)),
+        hostaddr=",".join(addresses),
         # libpq's bound on reaching the server (whole seconds, at least 2)
         connect_timeout=max(2, round(timeout_seconds)),
         options=f"-c lock_timeout={milliseconds} -c statement_timeout={milliseconds}",

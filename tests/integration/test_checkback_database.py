@@ -273,7 +273,7 @@ async def test_the_password_is_never_stored_nor_shown_in_clear(
         ("postgresql://app@[fe80::1]:5432/orders", "link-local"),
         ("postgresql://app@metadata.google.internal/orders", "metadata"),
         ("postgresql://app@0.0.0.0/orders", "unspecified"),
-        ("postgresql://app@/orders?host=/tmp", "one host"),
+        ("postgresql://app@/orders?host=/tmp", "one TCP host"),
         ("postgresql://app@db.example/orders?hostaddr=169.254.169.254", "not allowed"),
         ("postgresql://app@db.example/orders?sslkey=/etc/key", "not allowed"),
         ("http://db.example/orders", "postgresql://"),
@@ -294,3 +294,17 @@ async def test_bad_tables_and_modes_are_refused(core: Coordinator) -> None:
     with pytest.raises(InvalidMessage, match="mode"):
         await core.check_sources.set(GROUP, url, mode="sometimes")
     assert await core.check_sources.list() == []
+
+
+async def test_a_host_name_is_resolved_at_the_check_and_each_address_tried(
+    core: Coordinator,
+    db: psycopg.Connection,
+    proxy: LoopbackProxy,
+    producer_db: ProducerDatabase,
+) -> None:
+    # localhost may resolve to ::1 first, where nothing listens: 127.0.0.1 is tried next
+    (sent,) = await _prepared(core, 1)
+    url = f"postgresql://{producer_db.user}@localhost:{proxy.port}/{producer_db.name}"
+    await core.check_sources.set(GROUP, url)
+    await _round(core, db, sent.offset)
+    assert message(db, sent.offset)["state"] == "rolled_back"

@@ -4,7 +4,7 @@ A claimed check request `via = 'database'` runs here, as a task of the
 dispatcher like a push (bounded per check source as pushes are per check
 URL): the group's check source is read, its password decrypted, its host
 resolved and every address held to the check URLs' rules, and the barrier's
-rule run on the first address (`db.producer_barrier`, pinned to it). The
+rule run on those addresses (`db.producer_barrier`, pinned to them). The
 whole check is bounded by `check_push_timeout_seconds`: a dead or hanging
 database holds only its own slots. The answer ends the half message as a
 pushed answer would (from_check); a failure leaves the message to its next,
@@ -64,7 +64,7 @@ async def ask(
         # One bound for all of it: resolving the name, connecting, the statements.
         async with asyncio.timeout(timeout_seconds + 1.0):
             try:
-                address = await _checked_address(url.host, url.port)
+                addresses = await _checked_addresses(url.host, url.port)
             except CoordinatorError as error:
                 return BarrierAnswer(None, error.message)
             except OSError as error:
@@ -72,7 +72,8 @@ async def ask(
             outcome = await check_barrier(
                 url.url,
                 password=password,
-                address=address,
+                host=url.host,
+                addresses=addresses,
                 table=table,
                 transaction_id=transaction_id,
                 timeout_seconds=timeout_seconds,
@@ -109,8 +110,12 @@ async def record(conn: AsyncConnection[Any], producer_group: str, answer: Barrie
     )
 
 
-async def _checked_address(host: str, port: int) -> str:
-    """The address to connect to: every address of `host` allowed, the first chosen."""
+# The most addresses of one name a check tries (each within the connect timeout).
+MAX_ADDRESSES = 4
+
+
+async def _checked_addresses(host: str, port: int) -> list[str]:
+    """The addresses to connect to, in the resolver's order: refused if any is forbidden."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
@@ -123,7 +128,7 @@ async def _checked_address(host: str, port: int) -> str:
                 f"the host {host!r} resolves to {address}, which is {reason}; "
                 "the coordinator does not connect to it"
             )
-    return addresses[0]
+    return addresses[:MAX_ADDRESSES]
 
 
 def _first(error: Exception) -> str:

@@ -39,6 +39,7 @@ from coordinator.core.configs import CheckBackConfig
 from coordinator.core.context import CoreContext, EndTransaction
 from coordinator.db.notifier import CHECKS_CHANNEL, Subscription
 from coordinator.db.queries import fetch_all
+from coordinator.domain.check_sources import BarrierAnswer
 from coordinator.domain.checkback import (
     CheckRequest,
     ClaimAction,
@@ -186,11 +187,16 @@ class CheckBack:
             if not await push.start(conn, claimed):
                 return  # resolved, or checked again, while it waited for its slot
             source = await database.source(conn, claimed.producer_group)
-        answer = await database.ask(self._secrets, source, claimed.transaction_id, timeout)
+        try:
+            answer = await database.ask(self._secrets, source, claimed.transaction_id, timeout)
+        except asyncio.CancelledError:
+            stopped = BarrierAnswer(None, "the coordinator stopped before the database answered")
+            await asyncio.shield(self._finish_database_check(claimed, stopped))
+            raise
+        except Exception as error:  # a producer's database must never break the round
+            answer = BarrierAnswer(None, f"{type(error).__name__}: {error}"[:500])
+        await self._finish_database_check(claimed, answer)
         failed = answer.committed is None
-        async with self._context.pool.connection() as conn:
-            await push.finish(conn, claimed, push.PushOutcome(not failed, detail=answer.detail))
-            await database.record(conn, claimed.producer_group, answer)
         outcome = "failed" if failed else "committed" if answer.committed else "rolled_back"
         metrics.CHECK_BACKS_DATABASE.labels(outcome=outcome).inc()
         if failed:
@@ -261,6 +267,12 @@ class CheckBack:
                 outcome.detail,
                 extra=_claim_fields(claimed),
             )
+
+    async def _finish_database_check(self, claimed: ClaimedCheck, answer: BarrierAnswer) -> None:
+        delivered = answer.committed is not None
+        async with self._context.pool.connection() as conn:
+            await push.finish(conn, claimed, push.PushOutcome(delivered, detail=answer.detail))
+            await database.record(conn, claimed.producer_group, answer)
 
     async def _end_from_push(self, claimed: ClaimedCheck, resolution: Resolution) -> None:
         try:

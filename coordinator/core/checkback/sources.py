@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -87,15 +89,31 @@ def _fernet_key(key: str) -> bytes:
 
 
 def _key_file(path: Path) -> bytes:
-    """The key in `path`; created (0600, never overwritten) when missing."""
-    try:
+    """The key in `path`; created (0600, never overwritten) when missing.
+
+    Written to a file of its own, then linked into place: a node (or worker)
+    starting at the same moment finds no file or the whole key, never half
+    of one, and the first link wins.
+    """
+    if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes().strip()
-    with os.fdopen(descriptor, "wb") as file:
-        file.write(Fernet.generate_key())
-    return path.read_bytes().strip()
+        draft = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+        descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(Fernet.generate_key())
+            with contextlib.suppress(FileExistsError):
+                os.link(draft, path)
+        finally:
+            draft.unlink()
+    key = path.read_bytes().strip()
+    try:
+        Fernet(key)
+    except ValueError:
+        raise CoordinatorError(
+            f"the check source key file {path} does not hold a Fernet key"
+        ) from None
+    return key
 
 
 def source_of(row: dict[str, Any]) -> CheckSource:
@@ -180,6 +198,7 @@ class CheckSources:
             return await listed(conn, producer_group)
 
     async def get(self, producer_group: str) -> CheckSource:
+        check_name("producer group", producer_group)
         found = await self.list(producer_group)
         if not found:
             raise NotFound(f"producer group {producer_group!r} has no check source")
@@ -187,5 +206,6 @@ class CheckSources:
 
     async def remove(self, producer_group: str) -> bool:
         """Remove the group's check source; False when it had none."""
+        check_name("producer group", producer_group)
         async with self._context.pool.connection() as conn:
             return await remove(conn, producer_group)
