@@ -199,7 +199,7 @@ def run(config: ProducerConfig) -> None:
     stop_load, stop = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: (stop_load.set(), stop.set()))
     threading.Thread(
-        target=_watch, args=(Path(config.stop_load_file), stop_load), daemon=True
+        target=watch_stop_file, args=(Path(config.stop_load_file), stop_load), daemon=True
     ).start()
     journal = JournalWriter(Path(config.journal))
     fleet = Fleet(config, SoakListener(config, journal))
@@ -230,7 +230,7 @@ def run(config: ProducerConfig) -> None:
         journal.close()
 
 
-def _watch(flag: Path, stop_load: threading.Event) -> None:
+def watch_stop_file(flag: Path, stop_load: threading.Event) -> None:
     while not stop_load.wait(0.2):
         if flag.exists():
             stop_load.set()

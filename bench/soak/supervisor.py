@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +64,7 @@ class Supervision:
 
 
 @dataclass
-class _ProducerSlot:
+class ProducerSlot:
     index: int
     generation: int = 0
     process: subprocess.Popen[bytes] | None = None
@@ -83,7 +83,6 @@ class Supervisor:
         truth_url: str,
         nodes: int,
         report: Callable[[str], None],
-        node_settings: Mapping[str, str] = NODE_SETTINGS,
     ) -> None:
         self.layout = layout
         self.options = options
@@ -91,10 +90,10 @@ class Supervisor:
         self.report = report
         self.counts = Supervision()
         self.nodes = [
-            Node(index, database_url, node_settings, layout.logs / f"node{index}.log")
+            Node(index, database_url, NODE_SETTINGS, layout.logs / f"node{index}.log")
             for index in range(nodes)
         ]
-        self.producers = [_ProducerSlot(index) for index in range(options.producers)]
+        self.producers = [ProducerSlot(index) for index in range(options.producers)]
         self.consumers: dict[str, subprocess.Popen[bytes]] = {}
         self._node_started_at: dict[int, float] = {}
 
@@ -129,7 +128,7 @@ class Supervisor:
         node.start()
         self._node_started_at[node.index] = time.monotonic()
 
-    def _start_producer(self, slot: _ProducerSlot) -> None:
+    def _start_producer(self, slot: ProducerSlot) -> None:
         config = ProducerConfig(
             name=slot.name,
             endpoints=[node.url for node in self.nodes],
@@ -147,7 +146,7 @@ class Supervisor:
             "bench.soak.producer", config.to_json(), f"producer-{slot.name}.log"
         )
 
-    def _kill_at(self, slot: _ProducerSlot) -> int | None:
+    def _kill_at(self, slot: ProducerSlot) -> int | None:
         """A first generation dies for certain, early enough for a short run."""
         if slot.generation > 0:
             return None

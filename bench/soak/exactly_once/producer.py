@@ -25,7 +25,7 @@ import psycopg
 from bench.soak.behaviors import Behavior, draw
 from bench.soak.exactly_once.stores import Order, insert_producer_order
 from bench.soak.journal import JournalWriter
-from bench.soak.producer import Fleet, ProducerConfig, SoakListener, _watch
+from bench.soak.producer import Fleet, ProducerConfig, SoakListener, watch_stop_file
 from coordinator.client import CoordinatorClientError, Message
 
 REGISTER_EVERY_SECONDS = 1.0
@@ -73,7 +73,7 @@ def run(config: OrderProducerConfig) -> None:
     stop_load, stop = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: (stop_load.set(), stop.set()))
     threading.Thread(
-        target=_watch, args=(Path(config.stop_load_file), stop_load), daemon=True
+        target=watch_stop_file, args=(Path(config.stop_load_file), stop_load), daemon=True
     ).start()
     journal = JournalWriter(Path(config.journal))
     fleet = Fleet(config, OrderListener(config, journal))

@@ -19,11 +19,9 @@ from bench.soak import children
 from bench.soak.exactly_once.consumer import InboxConsumerConfig
 from bench.soak.exactly_once.producer import OrderProducerConfig
 from bench.soak.layout import CONSUMER_GROUPS, Layout
-from bench.soak.supervisor import NODE_SETTINGS, ClientOptions, Supervisor, _ProducerSlot
+from bench.soak.supervisor import ClientOptions, ProducerSlot, Supervisor
 
 CHECK_MODES = ("only", "fallback")  # producer group i mod 2
-
-NODE_SETTINGS_EXACTLY_ONCE = {**NODE_SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -55,15 +53,7 @@ class InboxSupervisor(Supervisor):
         nodes: int,
         report: Callable[[str], None],
     ) -> None:
-        super().__init__(
-            layout,
-            options,
-            database_url,
-            stores.truth_url,
-            nodes,
-            report,
-            node_settings=NODE_SETTINGS_EXACTLY_ONCE,
-        )
+        super().__init__(layout, options, database_url, stores.truth_url, nodes, report)
         self.stores = stores
         self._held_until: dict[str, float] = {}  # process key -> when it may start again
         self.consumer_kills = 0
@@ -83,7 +73,7 @@ class InboxSupervisor(Supervisor):
         for slot in self.producers:
             self._start_producer(slot)
 
-    def _start_producer(self, slot: _ProducerSlot) -> None:
+    def _start_producer(self, slot: ProducerSlot) -> None:
         mode = self.mode_of(slot.index)
         config = OrderProducerConfig(
             name=slot.name,
@@ -147,7 +137,7 @@ class InboxSupervisor(Supervisor):
         self._held_until[key] = time.monotonic() + down_seconds
         return key
 
-    def _kill_slots(self, slots: list[_ProducerSlot], down_seconds: float) -> int:
+    def _kill_slots(self, slots: list[ProducerSlot], down_seconds: float) -> int:
         killed = 0
         for slot in slots:
             if slot.process is not None and slot.process.poll() is None:
