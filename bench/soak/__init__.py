@@ -7,4 +7,7 @@ database of their own, through the barrier helper), and consumers in two
 groups; a chaos loop kills nodes and restarts Postgres meanwhile. At the end
 every consumer group must have received exactly the messages whose local
 transaction committed (see docs/operations.md#consistency-soak).
+`--exactly-once` runs the same machinery with the barrier, database check
+sources and the consumer inbox, and judges the consumers' own tables
+(bench/soak/exactly_once, docs/exactly-once.md#the-soak).
 """

@@ -167,16 +167,25 @@ class Soak:
         self._load_started = time.monotonic()
         shown, noted = 0.0, 0
         while (elapsed := self._since_load_started()) < seconds:
-            self.chaos.step()
-            self.supervisor.supervise(self.chaos.down_nodes)
+            self._tick()
             noted = self._note_faults(noted)
             if elapsed - shown >= 1.0:
                 shown = elapsed
                 self.tally.read()
                 self.progress.show(self._status(f"load {elapsed:3.0f}/{seconds:.0f} s"))
             time.sleep(TICK_SECONDS)
-        self.chaos.finish()
+        self._finish_faults()
         self._note_faults(noted)
+
+    def _tick(self) -> None:
+        """One step of the faults, then of the supervision."""
+        assert self.chaos is not None and self.supervisor is not None
+        self.chaos.step()
+        self.supervisor.supervise(self.chaos.down_nodes)
+
+    def _finish_faults(self) -> None:
+        assert self.chaos is not None
+        self.chaos.finish()
 
     def _settle(self) -> bool:
         """Until nothing is prepared or unacked and every producer stopped sending, bounded."""

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from bench.soak import children
 
-PORT = 5432  # only names the socket file: the server listens on no TCP port
+PORT = 5432  # names the socket file; a TCP listener (on loopback) only when asked for
 SUPERUSER = "postgres"
 # pgserver's choice too: postgres refuses to run as root.
 SYSTEM_USER_WHEN_ROOT = "pgserver"
@@ -38,8 +38,11 @@ def _bin_dir() -> Path:
 
 
 class Postgres:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, tcp_port: int | None = None) -> None:
         self.root = root
+        # A database check source is a TCP URL the coordinator checks like a
+        # check URL: the exactly-once soak opens loopback for it.
+        self.tcp_port = tcp_port
         self.pgdata = root / "pgdata"
         self.socket_dir = root / "pgsocket"
         self.log = root / "postgres.log"
@@ -48,7 +51,16 @@ class Postgres:
         self.process: subprocess.Popen[bytes] | None = None
 
     def url(self, database: str = SUPERUSER) -> str:
-        return f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={PORT}"
+        return f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={self.port}"
+
+    def tcp_url(self, database: str) -> str:
+        """The database over loopback TCP (only with `tcp_port`)."""
+        assert self.tcp_port is not None, "this server listens on its UNIX socket only"
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.tcp_port}/{database}"
+
+    @property
+    def port(self) -> int:
+        return self.tcp_port or PORT
 
     @property
     def running(self) -> bool:
@@ -85,9 +97,10 @@ class Postgres:
                 "-k",
                 str(self.socket_dir),
                 "-h",
-                "",  # no TCP listener: the socket is the only way in
+                # By default no TCP listener: the socket is the only way in.
+                "127.0.0.1" if self.tcp_port else "",
                 "-p",
-                str(PORT),
+                str(self.port),
                 "-c",
                 "max_connections=200",
             ],

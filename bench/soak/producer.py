@@ -90,7 +90,7 @@ class SoakListener(TransactionListener):
             # The barrier row first, so a concurrent check-back waits for
             # the whole local transaction (see coordinator.client.barrier).
             truth.BARRIER.mark_committed(conn, tid)
-            truth.insert_order(conn, tid, message_id, self.config.run)
+            self.write(conn, msg)
             if behavior is Behavior.KILLED:
                 self._die(message_id)
             if behavior in (Behavior.ROLLBACK, Behavior.UNKNOWN_ROLLED_BACK, Behavior.RAISE):
@@ -110,6 +110,11 @@ class SoakListener(TransactionListener):
             return LocalTransactionState.UNKNOWN
         finally:
             conn.close()
+
+    def write(self, conn: psycopg.Connection, msg: Message) -> None:
+        """The local transaction's business write, after the barrier row."""
+        assert msg.transaction_id is not None and msg.message_id is not None
+        truth.insert_order(conn, msg.transaction_id, msg.message_id, self.config.run)
 
     def check_local_transaction(self, msg: Message) -> LocalTransactionState:
         assert msg.transaction_id is not None
@@ -194,7 +199,7 @@ def run(config: ProducerConfig) -> None:
     stop_load, stop = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: (stop_load.set(), stop.set()))
     threading.Thread(
-        target=_watch, args=(Path(config.stop_load_file), stop_load), daemon=True
+        target=watch_stop_file, args=(Path(config.stop_load_file), stop_load), daemon=True
     ).start()
     journal = JournalWriter(Path(config.journal))
     fleet = Fleet(config, SoakListener(config, journal))
@@ -225,7 +230,7 @@ def run(config: ProducerConfig) -> None:
         journal.close()
 
 
-def _watch(flag: Path, stop_load: threading.Event) -> None:
+def watch_stop_file(flag: Path, stop_load: threading.Event) -> None:
     while not stop_load.wait(0.2):
         if flag.exists():
             stop_load.set()

@@ -64,7 +64,7 @@ class Supervision:
 
 
 @dataclass
-class _ProducerSlot:
+class ProducerSlot:
     index: int
     generation: int = 0
     process: subprocess.Popen[bytes] | None = None
@@ -93,7 +93,7 @@ class Supervisor:
             Node(index, database_url, NODE_SETTINGS, layout.logs / f"node{index}.log")
             for index in range(nodes)
         ]
-        self.producers = [_ProducerSlot(index) for index in range(options.producers)]
+        self.producers = [ProducerSlot(index) for index in range(options.producers)]
         self.consumers: dict[str, subprocess.Popen[bytes]] = {}
         self._node_started_at: dict[int, float] = {}
 
@@ -128,7 +128,7 @@ class Supervisor:
         node.start()
         self._node_started_at[node.index] = time.monotonic()
 
-    def _start_producer(self, slot: _ProducerSlot) -> None:
+    def _start_producer(self, slot: ProducerSlot) -> None:
         config = ProducerConfig(
             name=slot.name,
             endpoints=[node.url for node in self.nodes],
@@ -146,7 +146,7 @@ class Supervisor:
             "bench.soak.producer", config.to_json(), f"producer-{slot.name}.log"
         )
 
-    def _kill_at(self, slot: _ProducerSlot) -> int | None:
+    def _kill_at(self, slot: ProducerSlot) -> int | None:
         """A first generation dies for certain, early enough for a short run."""
         if slot.generation > 0:
             return None
@@ -185,6 +185,11 @@ class Supervisor:
     # watching --------------------------------------------------------------------
     def supervise(self, down_on_purpose: Collection[int]) -> None:
         """Start again whatever ended, and count why it ended."""
+        self._supervise_producers()
+        self._supervise_nodes(down_on_purpose)
+        self._supervise_consumers()
+
+    def _supervise_producers(self) -> None:
         for slot in self.producers:
             if slot.process is None or slot.process.poll() is None:
                 continue
@@ -198,6 +203,8 @@ class Supervisor:
             # Also while settling: a new producer sends nothing once the
             # load has stopped, but answers check-backs.
             self._start_producer(slot)
+
+    def _supervise_nodes(self, down_on_purpose: Collection[int]) -> None:
         for node in self.nodes:
             if node.alive or node.index in down_on_purpose:
                 continue
@@ -207,6 +214,8 @@ class Supervisor:
             code = node.process.returncode if node.process else None
             self._event(f"node {node.index} exited with {code}; starting it again")
             self._start_node(node)
+
+    def _supervise_consumers(self) -> None:
         for name, process in self.consumers.items():
             if process.poll() is not None:
                 self.counts.consumer_exits += 1

@@ -1,0 +1,117 @@
+"""An exactly-once soak producer: `python -m bench.soak.exactly_once.producer CONFIG_JSON`.
+
+The consistency soak's producer (bench/soak/producer.py: one SDK
+TransactionProducer per node, behaviors drawn per transaction, check-backs
+answered from the barrier) whose messages carry an order (id, amount) and
+whose local transaction writes that order beside the barrier row. Before it
+sends, it registers the producers' database as its group's check source
+(mode `only` or `fallback`, by its group), again until some node takes it,
+so the coordinator can settle its half messages once it is dead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from bench.soak.behaviors import Behavior, draw
+from bench.soak.exactly_once.stores import Order, insert_producer_order
+from bench.soak.journal import JournalWriter
+from bench.soak.producer import Fleet, ProducerConfig, SoakListener, watch_stop_file
+from coordinator.client import CoordinatorClientError, Message
+
+REGISTER_EVERY_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class OrderProducerConfig(ProducerConfig):
+    check_source_url: str = ""  # the producers' database as the coordinator reaches it
+    check_mode: str = "fallback"
+
+
+class OrderListener(SoakListener):
+    def write(self, conn: psycopg.Connection, msg: Message) -> None:
+        assert msg.transaction_id is not None and msg.message_id is not None
+        order = Order.from_body(msg.body_bytes)
+        insert_producer_order(conn, order, msg.transaction_id, msg.message_id, self.config.run)
+
+
+class CheckSource:
+    """Registers the group's check source through whichever node answers first."""
+
+    def __init__(self, config: OrderProducerConfig, fleet: Fleet, journal: JournalWriter) -> None:
+        self.config = config
+        self.fleet = fleet
+        self.journal = journal
+        self.registered = False
+        self._attempt = 0
+
+    def ensure(self, wait: threading.Event) -> None:
+        while not self.registered and not wait.is_set():
+            producers = self.fleet.producers
+            producer = producers[self._attempt % len(producers)]
+            self._attempt += 1
+            try:
+                producer.set_check_source(self.config.check_source_url, mode=self.config.check_mode)
+            except CoordinatorClientError as error:
+                logging.warning("check source not registered yet: %s", error)
+                wait.wait(REGISTER_EVERY_SECONDS)
+                continue
+            self.registered = True
+            self.journal.write(event="check_source", mode=self.config.check_mode)
+
+
+def run(config: OrderProducerConfig) -> None:
+    stop_load, stop = threading.Event(), threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: (stop_load.set(), stop.set()))
+    threading.Thread(
+        target=watch_stop_file, args=(Path(config.stop_load_file), stop_load), daemon=True
+    ).start()
+    journal = JournalWriter(Path(config.journal))
+    fleet = Fleet(config, OrderListener(config, journal))
+    rng = random.Random(f"{config.seed}:{config.name}")
+    sent = 0
+    try:
+        CheckSource(config, fleet, journal).ensure(stop)
+        while not stop_load.is_set():
+            fleet.ensure_started()
+            behavior = draw(rng)
+            sent += 1
+            if sent == config.kill_at:
+                behavior = rng.choice([Behavior.KILLED, Behavior.KILLED_COMMITTED])
+            order = Order(f"{config.name}-{sent}", rng.randint(1, 1_000_000))
+            msg = Message(config.topic, order.body(), tags=behavior.value, keys=[order.order_id])
+            # Before the half message: an order whose producer dies after
+            # this line is known to have begun, committed or not.
+            journal.write(event="order", order_id=order.order_id)
+            if not fleet.send(msg, behavior, rng):
+                journal.write(event="prepare_failed", message_id=msg.message_id)
+                stop_load.wait(0.2)
+            stop_load.wait(rng.uniform(0, config.think_seconds))
+        journal.write(event="idle")
+        while not stop.wait(0.5):
+            fleet.ensure_started()  # keep answering check-backs on every node
+    finally:
+        fleet.shutdown()
+        journal.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    config = OrderProducerConfig(**json.loads(args[0]))
+    logging.basicConfig(
+        level=logging.WARNING, format=f"%(asctime)s {config.name} %(levelname)s %(message)s"
+    )
+    run(config)
+
+
+if __name__ == "__main__":
+    main()
