@@ -179,19 +179,36 @@ def _round(number: int, urls: dict[str, str], args: argparse.Namespace) -> dict[
     measured: dict[str, Any] = {"round": number, "order": list(order)}
     for side in order:
         with (
+            psycopg.connect(urls[side], autocommit=True) as conn,
             coordinator_process(urls[side]) as server,
             console.status(f"round {number}: {side}, {args.concurrency} producers ..."),
         ):
+            before = _io(conn)
             result = run_single(server.url, concurrency=args.concurrency, seconds=args.seconds)
-        measured[side] = load_figures(result) | {"load_average": round(os.getloadavg()[0], 2)}
+            after = _io(conn)
+        io = {
+            f"{name}_per_message": round((after[name] - before[name]) / max(result.messages, 1), 2)
+            for name in after
+        }
+        measured[side] = load_figures(result) | io | {"load_average": round(os.getloadavg()[0], 2)}
         console.print(
             f"round {number}, {side}: {result.messages_per_second:,.0f} msgs/s, "
-            f"p50 {result.percentile(50):.1f} ms"
+            f"p50 {result.percentile(50):.1f} ms, WAL {io['wal_bytes_per_message']:,.0f} B "
+            f"({io['wal_fpi_per_message']} full pages) and "
+            f"{io['blks_read_per_message']} blocks read per message"
         )
     measured["full_vs_empty"] = round(
         measured["full"]["messages_per_second"] / measured["empty"]["messages_per_second"], 3
     )
     return measured
+
+
+def _io(conn: psycopg.Connection) -> dict[str, int]:
+    row = conn.execute(SQL["io"]).fetchone()
+    assert row is not None
+    return dict(
+        zip(("wal_records", "wal_fpi", "wal_bytes", "blks_read", "blks_hit"), row, strict=True)
+    )
 
 
 def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -202,6 +219,14 @@ def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                 statistics.median(r[side]["messages_per_second"] for r in rounds), 1
             ),
             "p50_ms": round(statistics.median(r[side]["p50_ms"] for r in rounds), 2),
+            **{
+                figure: round(statistics.median(r[side][figure] for r in rounds), 2)
+                for figure in (
+                    "wal_bytes_per_message",
+                    "wal_fpi_per_message",
+                    "blks_read_per_message",
+                )
+            },
         }
         for side in SIDES
     }

@@ -49,3 +49,14 @@ SELECT t.name,
        pg_total_relation_size(t.name::regclass) AS bytes
 FROM unnest(ARRAY['messages', 'message_history', 'deliveries']) AS t (name)
 ORDER BY t.name;
+
+-- name: io
+-- What the server wrote to its WAL (the whole server: only one database is
+-- under load at a time) and what this database read from outside shared
+-- buffers, so far. A random key's insert into an index far larger than the
+-- cache dirties a page that was not dirty since the last checkpoint: one
+-- full-page image in the WAL each.
+SELECT w.wal_records, w.wal_fpi, w.wal_bytes::bigint AS wal_bytes, d.blks_read, d.blks_hit
+FROM pg_stat_wal w
+CROSS JOIN pg_stat_database d
+WHERE d.datname = current_database();
