@@ -118,12 +118,19 @@ def two_databases(url: str) -> Iterator[dict[str, str]]:
 
     urls: dict[str, str] = {}
     try:
+        template = None
         for side in SIDES:
             name = f"history_{side}"
             drop(name)
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+            if template is not None:
+                # A copy of the first, migrated one: alike, and quicker than migrating.
+                create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+            admin.execute(create)
             urls[side] = make_url(url).set(database=name).render_as_string(hide_password=False)
-            migrate.upgrade(urls[side])
+            if template is None:
+                migrate.upgrade(urls[side])
+                template = name
         yield urls
     finally:
         for side in SIDES:
