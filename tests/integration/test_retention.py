@@ -185,40 +185,56 @@ async def test_a_dead_letter_keeps_its_message_until_its_own_retention(
     assert count(db, "dead_letters") == 0
 
 
-async def test_a_requeued_dead_letter_counts_its_unacked_bound_from_the_requeue(
-    core: Coordinator, db: psycopg.Connection
-) -> None:
-    await core.delivery.subscribe(CONSUMERS, TOPIC)
+async def dead_letter_an_old_message(core: Coordinator, db: psycopg.Connection) -> int:
+    """A message committed and dead-lettered five hours ago (past the unacked
+    bound, 2 h); returns its offset."""
     old = await core.transactions.send(half(body=b"poison, committed long ago"))
     (received,) = await core.delivery.receive(CONSUMERS, max_messages=1)
     await core.delivery.dead_letter(CONSUMERS, received.receipt_handle)
-    # Committed and dead five hours ago: past the unacked bound (2 h) already.
     db.execute(
         "UPDATE dead_letters SET committed_at = committed_at - interval '5 hours', "
         "dead_at = dead_at - interval '5 hours'"
     )
-    newer = await core.transactions.send(half(body=b"committed now"))
+    return old.offset
+
+
+async def test_a_requeued_dead_letter_counts_its_unacked_bound_from_the_requeue(
+    core: Coordinator, db: psycopg.Connection
+) -> None:
+    await core.delivery.subscribe(CONSUMERS, TOPIC)
+    old = await dead_letter_an_old_message(core, db)
     assert await core.delivery.requeue_dead_letters(CONSUMERS) == 1
     requeued = db.execute(
-        "SELECT committed_at, requeued_at FROM deliveries WHERE message_offset = %s",
-        (old.offset,),
+        "SELECT committed_at, requeued_at FROM deliveries WHERE message_offset = %s", (old,)
     ).fetchone()
     assert requeued is not None
     # Consumers still see when the message was committed.
     assert requeued[0] < requeued[1] - timedelta(hours=4)
     start = db_now(db)
 
-    # The oldest pending delivery is the requeued one, though its id is the newest.
     kept = await core.retention.run_round(start + timedelta(hours=1))
     assert not kept.unacked
-    assert count(db, "deliveries") == 2
-    figures = {table.table: table for table in kept.tables}
-    oldest = figures["deliveries"].oldest_age_seconds
-    assert oldest is not None and oldest >= 6 * 3600
+    assert present(db, old) == {old}
 
     dropped = await core.retention.run_round(start + timedelta(hours=2, minutes=10))
-    assert dropped.unacked == {CONSUMERS: 2}
-    assert present(db, old.offset, newer.offset) == set()
+    assert dropped.unacked == {CONSUMERS: 1}
+    assert present(db, old) == set()
+
+
+async def test_the_oldest_delivery_kept_may_be_a_requeued_one_with_a_newer_id(
+    core: Coordinator, db: psycopg.Connection
+) -> None:
+    await core.delivery.subscribe(CONSUMERS, TOPIC)
+    old = await dead_letter_an_old_message(core, db)
+    await core.transactions.send(half(body=b"committed now, still pending"))
+    assert await core.delivery.requeue_dead_letters(CONSUMERS) == 1
+    first = db.execute("SELECT message_offset FROM deliveries ORDER BY id LIMIT 1").fetchone()
+    assert first is not None and first[0] != old
+
+    result = await core.retention.run_round(db_now(db))
+    figures = {table.table: table for table in result.tables}
+    oldest = figures["deliveries"].oldest_age_seconds
+    assert oldest is not None and oldest >= 5 * 3600
 
 
 @pytest.mark.parametrize("settings", [retention_settings(duplicate_window_hours=5)])
