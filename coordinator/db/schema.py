@@ -205,6 +205,9 @@ deliveries = Table(
     # The message's delivery time, when it was still ahead at the fan-out
     # (NULL otherwise). Never updated, so receives stay HOT updates.
     Column("deliver_at", DateTime(timezone=True), nullable=True),
+    # When a dead letter was moved back here (NULL: delivered at the commit).
+    # The unacked retention counts from it too (migration 0016, hence last).
+    Column("requeued_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("message_offset", "consumer_group"),
     CheckConstraint("attempts >= 0", name="attempts"),
     # The claim walks a group's rows in commit order.
@@ -224,6 +227,13 @@ deliveries = Table(
         "consumer_group",
         "deliver_at",
         postgresql_where=text("deliver_at IS NOT NULL"),
+    ),
+    # A requeued delivery has a newer id than its commit time says: the
+    # oldest pending commit is the head of this or of the primary key.
+    Index(
+        "ix_deliveries_requeued_committed_at",
+        "committed_at",
+        postgresql_where=text("requeued_at IS NOT NULL"),
     ),
 )
 

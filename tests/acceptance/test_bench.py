@@ -12,7 +12,7 @@ import httpx
 import psycopg
 import pytest
 
-from bench import retention_layouts
+from bench import history_cost, retention_layouts
 from bench.grpc_load import TOPIC as GRPC_TOPIC
 from bench.run import main
 from bench.server import coordinator_process
@@ -197,6 +197,44 @@ def test_retention_layouts_quick(tmp_path: Path, database_url: str, db: psycopg.
         "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'retention_%'"
     ).fetchone()
     assert left == 0, "the scratch schemas were dropped"
+
+
+def test_history_cost_quick(tmp_path: Path, database_url: str, db: psycopg.Connection) -> None:
+    out = tmp_path / "history.json"
+    history_cost.main(
+        [
+            "--database-url", database_url,
+            "--rows", "20000",
+            "--seconds", "1",
+            "--rounds", "1",
+            "--concurrency", "4",
+            "--out", str(out),
+        ]
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert report["fill"]["rows"] == 20_000
+    # One round, empty first (the next would put full first).
+    assert [r["order"] for r in report["rounds"]] == [["empty", "full"]]
+    for number, measured in enumerate(report["rounds"], 1):
+        for side in ("empty", "full"):
+            assert measured[side]["messages"] > 0, (number, side)
+            assert measured[side]["p99_ms"] >= measured[side]["p50_ms"] > 0, (number, side)
+        assert measured["full_vs_empty"] == pytest.approx(
+            measured["full"]["messages_per_second"] / measured["empty"]["messages_per_second"],
+            abs=0.002,
+        )
+    summary = report["summary"]
+    assert summary["full_vs_empty"]["min"] <= summary["full_vs_empty"]["median"]
+    assert summary["passed"] == (summary["full_vs_empty"]["median"] >= 0.9)
+    tables = report["tables_at_end"]
+    # The filled history is still there (nothing past its retention) beside the load's.
+    assert tables["full"]["messages"]["bytes"] > tables["empty"]["messages"]["bytes"]
+    assert tables["full"]["messages"]["rows_estimate"] >= 20_000
+    assert tables["full"]["message_history"]["rows_estimate"] >= 40_000
+    (left,) = db.execute(
+        "SELECT count(*) FROM pg_database WHERE datname LIKE 'history_%'"
+    ).fetchone()
+    assert left == 0, "its two databases were dropped"
 
 
 def test_steady_quick(tmp_path: Path) -> None:

@@ -185,6 +185,58 @@ async def test_a_dead_letter_keeps_its_message_until_its_own_retention(
     assert count(db, "dead_letters") == 0
 
 
+async def dead_letter_an_old_message(core: Coordinator, db: psycopg.Connection) -> int:
+    """A message committed and dead-lettered five hours ago (past the unacked
+    bound, 2 h); returns its offset."""
+    old = await core.transactions.send(half(body=b"poison, committed long ago"))
+    (received,) = await core.delivery.receive(CONSUMERS, max_messages=1)
+    await core.delivery.dead_letter(CONSUMERS, received.receipt_handle)
+    db.execute(
+        "UPDATE dead_letters SET committed_at = committed_at - interval '5 hours', "
+        "dead_at = dead_at - interval '5 hours'"
+    )
+    return old.offset
+
+
+async def test_a_requeued_dead_letter_counts_its_unacked_bound_from_the_requeue(
+    core: Coordinator, db: psycopg.Connection
+) -> None:
+    await core.delivery.subscribe(CONSUMERS, TOPIC)
+    old = await dead_letter_an_old_message(core, db)
+    assert await core.delivery.requeue_dead_letters(CONSUMERS) == 1
+    requeued = db.execute(
+        "SELECT committed_at, requeued_at FROM deliveries WHERE message_offset = %s", (old,)
+    ).fetchone()
+    assert requeued is not None
+    # Consumers still see when the message was committed.
+    assert requeued[0] < requeued[1] - timedelta(hours=4)
+    start = db_now(db)
+
+    kept = await core.retention.run_round(start + timedelta(hours=1))
+    assert not kept.unacked
+    assert present(db, old) == {old}
+
+    dropped = await core.retention.run_round(start + timedelta(hours=2, minutes=10))
+    assert dropped.unacked == {CONSUMERS: 1}
+    assert present(db, old) == set()
+
+
+async def test_the_oldest_delivery_kept_may_be_a_requeued_one_with_a_newer_id(
+    core: Coordinator, db: psycopg.Connection
+) -> None:
+    await core.delivery.subscribe(CONSUMERS, TOPIC)
+    old = await dead_letter_an_old_message(core, db)
+    await core.transactions.send(half(body=b"committed now, still pending"))
+    assert await core.delivery.requeue_dead_letters(CONSUMERS) == 1
+    first = db.execute("SELECT message_offset FROM deliveries ORDER BY id LIMIT 1").fetchone()
+    assert first is not None and first[0] != old
+
+    result = await core.retention.run_round(db_now(db))
+    figures = {table.table: table for table in result.tables}
+    oldest = figures["deliveries"].oldest_age_seconds
+    assert oldest is not None and oldest >= 5 * 3600
+
+
 @pytest.mark.parametrize("settings", [retention_settings(duplicate_window_hours=5)])
 async def test_a_retried_message_id_inside_the_window_is_not_delivered_twice(
     core: Coordinator, db: psycopg.Connection
@@ -246,28 +298,34 @@ async def test_idle_consumer_groups_are_reported_and_removed_only_when_configure
     database_url: str, db: psycopg.Connection
 ) -> None:
     keeping = retention_settings(unacked_retention_hours=100)
+    idle = ["idle-a", "idle-b", "idle-c"]
     async with Coordinator.connect(database_url, keeping) as core:
-        await core.delivery.subscribe("idle-group", TOPIC)
-        await core.delivery.subscribe(CONSUMERS, TOPIC)
+        for group in [*idle, CONSUMERS]:
+            await core.delivery.subscribe(group, TOPIC)
+        await core.delivery.subscribe("idle-a", "other-topic")
         await core.transactions.send(half())
         start = db_now(db)
         await core.delivery.receive(CONSUMERS, max_messages=1)  # seen by this node
         await core.retention.run_round(start + timedelta(hours=9))  # records it then
 
         found = await core.retention.run_round(start + timedelta(hours=11))
-        assert [group.consumer_group for group in found.idle_groups] == ["idle-group"]
-        assert found.idle_groups[0].pending == 1
+        assert [group.consumer_group for group in found.idle_groups] == idle
+        assert [group.pending for group in found.idle_groups] == [1, 1, 1]
         assert found.removed_groups == []
-        assert count(db, "subscriptions") == 2
+        assert count(db, "subscriptions") == 5
 
-    removing = retention_settings(unacked_retention_hours=100, remove_idle_consumer_groups=True)
+    # Two groups per statement: the three idle ones take two.
+    removing = retention_settings(
+        unacked_retention_hours=100, remove_idle_consumer_groups=True, retention_batch_size=2
+    )
     async with Coordinator.connect(database_url, removing) as core:
         removed = await core.retention.run_round(start + timedelta(hours=11))
-        assert removed.removed_groups == ["idle-group"]
+        assert removed.removed_groups == idle
+        assert removed.removed["consumer_groups"] == 3
         rows = db.execute("SELECT consumer_group FROM subscriptions").fetchall()
         assert rows == [(CONSUMERS,)]
         row = db.execute(
-            "SELECT count(*) FROM deliveries WHERE consumer_group = 'idle-group'"
+            "SELECT count(*) FROM deliveries WHERE consumer_group LIKE 'idle-%'"
         ).fetchone()
         assert row == (0,)
 

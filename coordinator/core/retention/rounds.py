@@ -153,15 +153,16 @@ async def idle_groups(
     ]
     if not config.remove_idle_consumer_groups:
         return
-    for idle in result.idle_groups:
-        # One group per transaction; its deliveries go with its subscriptions.
+    names = [idle.consumer_group for idle in result.idle_groups]
+    # One statement per batch of groups; their deliveries go with their
+    # subscriptions, in the same statement.
+    for first in range(0, len(names), config.batch_size):
+        batch = names[first : first + config.batch_size]
         removed = await fetch_all(
-            conn,
-            "retention_remove_consumer_group",
-            {"consumer_group": idle.consumer_group, "cutoff": cutoff},
+            conn, "retention_remove_consumer_groups", {"consumer_groups": batch, "cutoff": cutoff}
         )
-        if removed:
-            result.removed_groups.append(idle.consumer_group)
+        gone = {row["consumer_group"] for row in removed}
+        result.removed_groups.extend(name for name in batch if name in gone)
 
 
 async def table_figures(conn: AsyncConnection, now: datetime) -> list[TableFigures]:

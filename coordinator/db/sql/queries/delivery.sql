@@ -249,8 +249,11 @@ WITH chosen AS (
     RETURNING x.id, x.message_offset, x.consumer_group, x.topic, x.committed_at
 ),
 requeued AS (
-    INSERT INTO deliveries (message_offset, consumer_group, topic, message_group, committed_at)
-    SELECT c.message_offset, c.consumer_group, c.topic, m.message_group, c.committed_at
+    -- committed_at stays the message's commit (consumers see it); the
+    -- unacked retention counts from requeued_at.
+    INSERT INTO deliveries (message_offset, consumer_group, topic, message_group, committed_at,
+                            requeued_at)
+    SELECT c.message_offset, c.consumer_group, c.topic, m.message_group, c.committed_at, now()
     FROM chosen c
     JOIN messages m ON m.id = c.message_offset
     ORDER BY c.id

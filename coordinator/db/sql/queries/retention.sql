@@ -22,10 +22,12 @@ RETURNING x.consumer_group;
 -- name: retention_delete_unacked_deliveries
 -- Deliveries their group never acked, committed (and, for a delay or timer
 -- message, due: deliver_at holds a delivery time that was ahead at the
--- commit) before the cutoff. Only the oldest batch_size rows of each group
--- are looked at (ix_deliveries_consumer_group_id: deliveries are made in
--- commit order), so a round never reads a group's whole backlog; the rest
--- waits for the next batch.
+-- commit; for a requeued dead letter, requeued: requeued_at) before the
+-- cutoff: the latest of the three counts (greatest ignores NULLs). Only
+-- the oldest batch_size rows of each group are looked at
+-- (ix_deliveries_consumer_group_id: deliveries are made in commit order,
+-- a requeue makes a new one), so a round never reads a group's whole
+-- backlog; the rest waits for the next batch.
 WITH oldest AS (
     SELECT d.id
     FROM (SELECT DISTINCT consumer_group FROM subscriptions) AS g
@@ -39,7 +41,7 @@ WITH oldest AS (
         LIMIT 1
     ) AS head
     CROSS JOIN LATERAL (
-        SELECT e.id, coalesce(e.deliver_at, e.committed_at) AS since
+        SELECT e.id, greatest(e.committed_at, e.deliver_at, e.requeued_at) AS since
         FROM deliveries e
         WHERE e.consumer_group = g.consumer_group
           AND head.committed_at < %(cutoff)s::timestamptz
@@ -52,7 +54,7 @@ doomed AS (
     SELECT d.id
     FROM deliveries d
     WHERE d.id IN (SELECT id FROM oldest)
-      AND coalesce(d.deliver_at, d.committed_at) < %(cutoff)s::timestamptz
+      AND greatest(d.committed_at, d.deliver_at, d.requeued_at) < %(cutoff)s::timestamptz
     ORDER BY d.id
     LIMIT %(batch_size)s::integer
     FOR UPDATE SKIP LOCKED
@@ -115,23 +117,31 @@ GROUP BY s.consumer_group
 HAVING max(coalesce(s.last_received_at, s.created_at)) < %(cutoff)s::timestamptz
 ORDER BY s.consumer_group;
 
--- name: retention_remove_consumer_group
--- An idle group's subscriptions; its pending deliveries go with them
--- (trigger subscriptions_deleted). Checked again: a receive may have been
--- recorded since the group was found idle.
+-- name: retention_remove_consumer_groups
+-- Idle groups' subscriptions, a batch of groups in one statement; their
+-- pending deliveries go with them (trigger subscriptions_deleted, once for
+-- the statement). Checked again: a receive may have been recorded since
+-- the groups were found idle, and a group with any recent subscription
+-- keeps them all.
 DELETE FROM subscriptions s
-WHERE s.consumer_group = %(consumer_group)s::text
+WHERE s.consumer_group = ANY (%(consumer_groups)s::text[])
   AND NOT EXISTS (
       SELECT 1 FROM subscriptions r
       WHERE r.consumer_group = s.consumer_group
         AND coalesce(r.last_received_at, r.created_at) >= %(cutoff)s::timestamptz
   )
-RETURNING s.topic;
+RETURNING s.consumer_group, s.topic;
 
 -- name: retention_table_figures
 -- Each table the job keeps to size: its size on disk (indexes and TOAST
 -- included), its row count as the planner last estimated it, and the age
--- of its oldest row (read from the head of an index, never a scan).
+-- of its oldest row (read from the head of an index, never a scan). The
+-- oldest by time is the first by id for messages and history: born_at and
+-- at are the inserting transaction's now(), never written otherwise by
+-- the coordinator (only `pipeline generate`'s synthetic rows are), so id
+-- order is time order up to the length of a transaction. Deliveries are
+-- made in commit order too, except a requeued dead letter: a new id, its
+-- old commit time (ix_deliveries_requeued_committed_at holds those).
 SELECT t.name,
        pg_total_relation_size(t.name::regclass) AS bytes,
        greatest((SELECT c.reltuples FROM pg_class c WHERE c.oid = t.name::regclass), 0)::bigint
@@ -142,7 +152,10 @@ FROM (
     VALUES
         ('messages', (SELECT born_at FROM messages ORDER BY id LIMIT 1)),
         ('message_history', (SELECT at FROM message_history ORDER BY id LIMIT 1)),
-        ('deliveries', (SELECT committed_at FROM deliveries ORDER BY id LIMIT 1)),
+        ('deliveries', least(
+            (SELECT committed_at FROM deliveries ORDER BY id LIMIT 1),
+            (SELECT committed_at FROM deliveries WHERE requeued_at IS NOT NULL
+             ORDER BY committed_at LIMIT 1))),
         ('dead_letters', (SELECT dead_at FROM dead_letters ORDER BY dead_at LIMIT 1))
 ) AS t (name, oldest);
 
