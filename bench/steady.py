@@ -35,6 +35,7 @@ import httpx
 import psutil
 import psycopg
 import uvloop
+from psycopg import sql
 from rich.console import Console
 
 from bench.database import bench_database
@@ -66,6 +67,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     with bench_database(args.database_url) as database:
         postmaster = _postmaster(database.url) if database.embedded else None
+        if database.embedded:
+            # yours keeps its own settings; settings["autovacuum_naptime_seconds"] says so
+            settings["autovacuum_naptime_seconds"] = _scale_autovacuum(database.url, args)
         with coordinator_process(
             database.url,
             retention_hours=args.lifetime / 3600,
@@ -105,6 +109,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--interval", type=float, default=3.0, help="retention interval (s)")
     parser.add_argument("--window", type=float, default=10.0, help="seconds per window")
+    parser.add_argument(
+        "--autovacuum-every",
+        type=float,
+        help="autovacuum_naptime of the embedded server (default: a sixth of --lifetime)",
+    )
     parser.add_argument("--out", help="JSON output (default: bench/results/steady.json)")
     return parser
 
@@ -182,6 +191,29 @@ def _postmaster(database_url: str) -> int:
     with psycopg.connect(database_url) as conn:
         (backend,) = conn.execute(SQL["postmaster"]).fetchone()  # type: ignore[misc]
         return psutil.Process(backend).ppid()
+
+
+def _scale_autovacuum(database_url: str, args: argparse.Namespace) -> int:
+    """Autovacuum every sixth of the lifetime (PostgreSQL's default: every minute).
+
+    With the default retention of days, autovacuum passes thousands of times
+    in a row's lifetime; with a lifetime of a minute it would pass once, and
+    the heaps and indexes would keep a whole lifetime of dead tuples.
+    """
+    seconds = max(1, round(args.autovacuum_every or args.lifetime / 6))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        # ALTER SYSTEM takes no bind parameters: the value goes in as a quoted literal.
+        conn.execute(sql.SQL(SQL["scale_autovacuum"]).format(seconds=sql.Literal(seconds)))
+        conn.execute(SQL["reload_configuration"])
+    # What the server now runs with, read back on sessions started after the
+    # reload (the postmaster rereads its configuration soon, not at once).
+    deadline = time.monotonic() + 10
+    while True:
+        with psycopg.connect(database_url) as conn:
+            (applied,) = conn.execute(SQL["autovacuum_naptime"]).fetchone()  # type: ignore[misc]
+        if applied == seconds or time.monotonic() > deadline:
+            return int(applied)
+        time.sleep(0.1)
 
 
 def _retention_removed(url: str) -> dict[str, float]:

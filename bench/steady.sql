@@ -25,3 +25,15 @@ ORDER BY c.name;
 -- name: postmaster
 -- The server's process (the parent of this backend), to check that it stopped.
 SELECT pg_backend_pid() AS backend;
+
+-- name: scale_autovacuum
+-- The run compresses time: rows live a minute instead of days. Autovacuum
+-- must come as often, relative to that lifetime, as it does in real use or
+-- the run mostly measures dead tuples awaiting their first pass.
+ALTER SYSTEM SET autovacuum_naptime = {seconds};
+
+-- name: reload_configuration
+SELECT pg_reload_conf();
+
+-- name: autovacuum_naptime
+SELECT setting::int FROM pg_settings WHERE name = 'autovacuum_naptime';

@@ -198,4 +198,10 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
         + f"; retention removed {totals['retention_removed']}; "
         f"{totals['behind']} producer slots reached late"
     )
+    naptime = report["settings"].get("autovacuum_naptime_seconds")
+    console.print(
+        f"autovacuum_naptime {naptime} s (scaled with the lifetime)"
+        if naptime is not None
+        else "autovacuum_naptime: your server's own"
+    )
     console.print("[bold]passed[/bold]" if comparison["passed"] else "[bold red]NOT passed[/]")

@@ -273,5 +273,7 @@ def test_steady_quick(tmp_path: Path) -> None:
     assert totals["retention_removed"]["messages"] > 0
     # Every process it started is gone: its server and its PostgreSQL.
     assert set(report["processes"]) == {"coordinator", "postgres"}
+    # Its own server's autovacuum comes every sixth of the (compressed) lifetime.
+    assert report["settings"]["autovacuum_naptime_seconds"] == 1
     assert report["processes_left_running"] == []
     assert live_processes(report["processes"].values()) == []
