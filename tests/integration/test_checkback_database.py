@@ -308,3 +308,31 @@ async def test_a_host_name_is_resolved_at_the_check_and_each_address_tried(
     await core.check_sources.set(GROUP, url)
     await _round(core, db, sent.offset)
     assert message(db, sent.offset)["state"] == "rolled_back"
+
+
+async def test_a_name_that_resolves_to_a_forbidden_address_at_the_check_is_not_connected_to(
+    core: Coordinator,
+    db: psycopg.Connection,
+    proxy: LoopbackProxy,
+    producer_db: ProducerDatabase,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Registered while the name meant loopback; by the check it means the
+    # cloud metadata address (DNS rebinding). A resolver of the test's own
+    # stands in for the DNS the machine cannot be told to lie with.
+    (sent,) = await _prepared(core, 1)
+    url = f"postgresql://{producer_db.user}@localhost:{proxy.port}/{producer_db.name}"
+    await core.check_sources.set(GROUP, url)
+    loop = asyncio.get_running_loop()
+
+    async def rebound(host: str, port: int, **kwargs: object) -> list:
+        assert host == "localhost"
+        return [(2, 1, 6, "", ("169.254.169.254", port))]
+
+    monkeypatch.setattr(loop, "getaddrinfo", rebound)
+    await _round(core, db, sent.offset)
+    assert message(db, sent.offset)["state"] == "prepared"
+    request = check_request(db, sent.offset)
+    assert request is not None and request["status"] == CheckStatus.FAILED.value
+    # refused before connecting: not a connection that timed out
+    assert "169.254.169.254" in request["detail"] and "does not connect" in request["detail"]
