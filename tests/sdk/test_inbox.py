@@ -115,11 +115,14 @@ class FailsFirst:
 
     def __init__(self) -> None:
         self.runs = 0
+        self._counting = threading.Lock()  # a push consumer runs handlers on several threads
 
     def __call__(self, conn: Any, message: ReceivedMessage) -> None:
-        self.runs += 1
+        with self._counting:
+            self.runs += 1
+            run = self.runs
         _write(conn, message)
-        if self.runs == 1:
+        if run == 1:
             raise RuntimeError("the handler failed after its write")
 
 
