@@ -78,6 +78,10 @@ class SecretBox:
         return _key_file(self._key_file)
 
 
+# Fixed, so that every node derives the same key from the same passphrase.
+PASSPHRASE_SALT = b"coordinator check-source key"
+
+
 def _fernet_key(key: str) -> bytes:
     """A Fernet key as given, else one derived from the passphrase."""
     try:
@@ -85,7 +89,10 @@ def _fernet_key(key: str) -> bytes:
             return key.encode()
     except (binascii.Error, ValueError):
         pass
-    return base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest())
+    # scrypt, not a plain hash: whoever copies the table must not be able to
+    # try passphrases fast. Once per process (the Fernet is kept), ~16 MiB.
+    derived = hashlib.scrypt(key.encode(), salt=PASSPHRASE_SALT, n=2**14, r=8, p=1, dklen=32)
+    return base64.urlsafe_b64encode(derived)
 
 
 def _key_file(path: Path) -> bytes:
