@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-import random
-import signal
-import sys
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.soak.child_main import child_main
 from bench.soak.journal import JournalWriter
+from bench.soak.receiving import FailoverReceiver, run_workers
 from bench.soak.verdict import Ack
 from coordinator.client import (
     Conflict,
@@ -26,12 +25,10 @@ from coordinator.client import (
     CoordinatorUnavailable,
     NotFound,
     ReceivedMessage,
-    RetryPolicy,
     SimpleConsumer,
 )
 
 log = logging.getLogger(__name__)
-RETRY = RetryPolicy(attempts=4, initial_delay=0.1, max_delay=0.5)
 
 
 @dataclass(frozen=True)
@@ -50,46 +47,15 @@ class ConsumerConfig:
         return json.dumps(asdict(self))
 
 
-class Worker:
+class Worker(FailoverReceiver):
     def __init__(
         self, config: ConsumerConfig, index: int, journal: JournalWriter, stop: threading.Event
     ) -> None:
+        super().__init__(config, index, stop)
         self.config = config
         self.journal = journal
-        self.stop = stop
-        self.rng = random.Random(f"{config.seed}:{config.name}:{index}")
-        self.consumers = [
-            SimpleConsumer(
-                config.consumer_group,
-                {config.topic: "*"},
-                endpoint,
-                invisible_seconds=config.invisible_seconds,
-                wait_seconds=1.0,
-                timeout=5.0,
-                retry=RETRY,
-            )
-            for endpoint in config.endpoints
-        ]
-        self.current = index % len(self.consumers)
 
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                consumer = self.consumers[self.current]
-                try:
-                    consumer.start()
-                    messages = consumer.receive(max_messages=16)
-                except CoordinatorClientError:
-                    self.current = (self.current + 1) % len(self.consumers)
-                    self.stop.wait(0.2)
-                    continue
-                for message in messages:
-                    self._handle(message)
-        finally:
-            for consumer in self.consumers:
-                consumer.shutdown()
-
-    def _handle(self, message: ReceivedMessage) -> None:
+    def handle(self, consumer: SimpleConsumer, message: ReceivedMessage) -> None:
         self.journal.write(
             event="delivery", message_id=message.message_id, attempt=message.delivery_attempt
         )
@@ -125,35 +91,12 @@ class Worker:
 
 
 def run(config: ConsumerConfig) -> None:
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     journal = JournalWriter(Path(config.journal))
-    threads = [
-        threading.Thread(target=Worker(config, index, journal, stop).run, name=f"consumer-{index}")
-        for index in range(config.threads)
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        while not stop.wait(0.5):
-            if not all(thread.is_alive() for thread in threads):
-                # A worker died of something unforeseen: exit, so the soak
-                # counts it and starts a new consumer.
-                raise SystemExit(1)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=30)
-        journal.close()
+    run_workers(config.threads, lambda index, stop: Worker(config, index, journal, stop), journal)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    config = ConsumerConfig(**json.loads(args[0]))
-    logging.basicConfig(
-        level=logging.WARNING, format=f"%(asctime)s {config.name} %(levelname)s %(message)s"
-    )
-    run(config)
+    child_main(ConsumerConfig, run, argv)
 
 
 if __name__ == "__main__":

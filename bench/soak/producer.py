@@ -13,11 +13,9 @@ action.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 import signal
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -28,6 +26,7 @@ import psycopg
 
 from bench.soak import truth
 from bench.soak.behaviors import Behavior, draw
+from bench.soak.child_main import child_main
 from bench.soak.journal import JournalWriter
 from coordinator.client import (
     CoordinatorClientError,
@@ -196,11 +195,7 @@ class Fleet:
 
 
 def run(config: ProducerConfig) -> None:
-    stop_load, stop = threading.Event(), threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: (stop_load.set(), stop.set()))
-    threading.Thread(
-        target=watch_stop_file, args=(Path(config.stop_load_file), stop_load), daemon=True
-    ).start()
+    stop_load, stop = stop_events(config)
     journal = JournalWriter(Path(config.journal))
     fleet = Fleet(config, SoakListener(config, journal))
     rng = random.Random(f"{config.seed}:{config.name}")
@@ -222,12 +217,26 @@ def run(config: ProducerConfig) -> None:
                 journal.write(event="prepare_failed", message_id=msg.message_id)
                 stop_load.wait(0.2)
             stop_load.wait(rng.uniform(0, config.think_seconds))
-        journal.write(event="idle")
-        while not stop.wait(0.5):
-            fleet.ensure_started()  # keep answering check-backs on every node
+        idle_until(stop, fleet, journal)
     finally:
         fleet.shutdown()
         journal.close()
+
+
+def stop_events(config: ProducerConfig) -> tuple[threading.Event, threading.Event]:
+    """(stop_load, stop): SIGTERM sets both, the stop-load file only the first."""
+    stop_load, stop = threading.Event(), threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: (stop_load.set(), stop.set()))
+    threading.Thread(
+        target=watch_stop_file, args=(Path(config.stop_load_file), stop_load), daemon=True
+    ).start()
+    return stop_load, stop
+
+
+def idle_until(stop: threading.Event, fleet: Fleet, journal: JournalWriter) -> None:
+    journal.write(event="idle")
+    while not stop.wait(0.5):
+        fleet.ensure_started()  # keep answering check-backs on every node
 
 
 def watch_stop_file(flag: Path, stop_load: threading.Event) -> None:
@@ -237,12 +246,7 @@ def watch_stop_file(flag: Path, stop_load: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    config = ProducerConfig(**json.loads(args[0]))
-    logging.basicConfig(
-        level=logging.WARNING, format=f"%(asctime)s {config.name} %(levelname)s %(message)s"
-    )
-    run(config)
+    child_main(ProducerConfig, run, argv)
 
 
 if __name__ == "__main__":

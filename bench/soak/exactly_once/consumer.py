@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
-import signal
-import sys
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,18 +20,13 @@ from typing import Any
 
 import psycopg
 
+from bench.soak.child_main import child_main
 from bench.soak.exactly_once.stores import Order, insert_consumer_order
 from bench.soak.journal import JournalWriter
-from coordinator.client import (
-    CoordinatorClientError,
-    Inbox,
-    ReceivedMessage,
-    RetryPolicy,
-    SimpleConsumer,
-)
+from bench.soak.receiving import FailoverReceiver, run_workers
+from coordinator.client import CoordinatorClientError, Inbox, ReceivedMessage, SimpleConsumer
 
 log = logging.getLogger(__name__)
-RETRY = RetryPolicy(attempts=4, initial_delay=0.1, max_delay=0.5)
 
 
 @dataclass(frozen=True)
@@ -60,7 +52,7 @@ class HandlerFailed(Exception):
     """Raised on purpose after the order's insert: the inbox must roll both back."""
 
 
-class Worker:
+class Worker(FailoverReceiver):
     def __init__(
         self,
         config: InboxConsumerConfig,
@@ -69,43 +61,12 @@ class Worker:
         journal: JournalWriter,
         stop: threading.Event,
     ) -> None:
+        super().__init__(config, index, stop)
         self.config = config
         self.inbox = inbox
         self.journal = journal
-        self.stop = stop
-        self.rng = random.Random(f"{config.seed}:{config.name}:{index}")
-        self.consumers = [
-            SimpleConsumer(
-                config.consumer_group,
-                {config.topic: "*"},
-                endpoint,
-                invisible_seconds=config.invisible_seconds,
-                wait_seconds=1.0,
-                timeout=5.0,
-                retry=RETRY,
-            )
-            for endpoint in config.endpoints
-        ]
-        self.current = index % len(self.consumers)
 
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                consumer = self.consumers[self.current]
-                try:
-                    consumer.start()
-                    messages = consumer.receive(max_messages=16)
-                except CoordinatorClientError:
-                    self.current = (self.current + 1) % len(self.consumers)
-                    self.stop.wait(0.2)
-                    continue
-                for message in messages:
-                    self._handle(consumer, message)
-        finally:
-            for consumer in self.consumers:
-                consumer.shutdown()
-
-    def _handle(self, consumer: SimpleConsumer, message: ReceivedMessage) -> None:
+    def handle(self, consumer: SimpleConsumer, message: ReceivedMessage) -> None:
         draw = self.rng.random()
         fail = draw < self.config.fail_probability
         keep = not fail and draw < self.config.fail_probability + self.config.no_ack_probability
@@ -142,38 +103,15 @@ class Worker:
 
 
 def run(config: InboxConsumerConfig) -> None:
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     journal = JournalWriter(Path(config.journal))
     inbox = Inbox(config.database_url, consumer_group=config.consumer_group)
-    threads = [
-        threading.Thread(
-            target=Worker(config, index, inbox, journal, stop).run, name=f"consumer-{index}"
-        )
-        for index in range(config.threads)
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        while not stop.wait(0.5):
-            if not all(thread.is_alive() for thread in threads):
-                # A worker died of something unforeseen: exit, so the soak
-                # counts it and starts a new consumer.
-                raise SystemExit(1)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=30)
-        journal.close()
+    run_workers(
+        config.threads, lambda index, stop: Worker(config, index, inbox, journal, stop), journal
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    config = InboxConsumerConfig(**json.loads(args[0]))
-    logging.basicConfig(
-        level=logging.WARNING, format=f"%(asctime)s {config.name} %(levelname)s %(message)s"
-    )
-    run(config)
+    child_main(InboxConsumerConfig, run, argv)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,8 @@ so the coordinator can settle its half messages once it is dead.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-import signal
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +20,10 @@ from pathlib import Path
 import psycopg
 
 from bench.soak.behaviors import Behavior, draw
+from bench.soak.child_main import child_main
 from bench.soak.exactly_once.stores import Order, insert_producer_order
 from bench.soak.journal import JournalWriter
-from bench.soak.producer import Fleet, ProducerConfig, SoakListener, watch_stop_file
+from bench.soak.producer import Fleet, ProducerConfig, SoakListener, idle_until, stop_events
 from coordinator.client import CoordinatorClientError, Message
 
 REGISTER_EVERY_SECONDS = 1.0
@@ -70,11 +68,7 @@ class CheckSource:
 
 
 def run(config: OrderProducerConfig) -> None:
-    stop_load, stop = threading.Event(), threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: (stop_load.set(), stop.set()))
-    threading.Thread(
-        target=watch_stop_file, args=(Path(config.stop_load_file), stop_load), daemon=True
-    ).start()
+    stop_load, stop = stop_events(config)
     journal = JournalWriter(Path(config.journal))
     fleet = Fleet(config, OrderListener(config, journal))
     rng = random.Random(f"{config.seed}:{config.name}")
@@ -96,21 +90,14 @@ def run(config: OrderProducerConfig) -> None:
                 journal.write(event="prepare_failed", message_id=msg.message_id)
                 stop_load.wait(0.2)
             stop_load.wait(rng.uniform(0, config.think_seconds))
-        journal.write(event="idle")
-        while not stop.wait(0.5):
-            fleet.ensure_started()  # keep answering check-backs on every node
+        idle_until(stop, fleet, journal)
     finally:
         fleet.shutdown()
         journal.close()
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    config = OrderProducerConfig(**json.loads(args[0]))
-    logging.basicConfig(
-        level=logging.WARNING, format=f"%(asctime)s {config.name} %(levelname)s %(message)s"
-    )
-    run(config)
+    child_main(OrderProducerConfig, run, argv)
 
 
 if __name__ == "__main__":
