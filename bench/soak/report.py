@@ -95,6 +95,32 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     if not faults["postgres_restarts_possible"]:
         restarts = "- (external database)"
     run.add_row("postgres restarts", restarts)
+    print_outcome(
+        report,
+        console,
+        run,
+        {
+            "deliveries": "deliveries",
+            "distinct": "distinct messages",
+            "duplicates": "duplicates delivered",
+            "duplicates_after_ack": "  of which after an ack",
+            "lost": "lost",
+            "unexpected": "unexpected",
+            "dead_letters": "dead letters",
+        },
+        f"every consumer group got exactly the {report['local_commits']:,} messages "
+        "whose local transaction committed",
+    )
+
+
+def print_outcome(
+    report: dict[str, Any], console: Console, run: Table, labels: dict[str, str], ok: str
+) -> None:
+    """The end both soaks' reports share: exits and settling, then per group, then the verdict.
+
+    `run` is the table of the run so far; `labels` names the per-group
+    counts to show, in order; `ok` is the sentence after OK.
+    """
     exits = report["unplanned_exits"]
     run.add_row(
         "unplanned exits: producers / nodes / consumers",
@@ -107,24 +133,12 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     groups.add_column("")
     for name in report["groups"]:
         groups.add_column(name, justify="right")
-    labels = {
-        "deliveries": "deliveries",
-        "distinct": "distinct messages",
-        "duplicates": "duplicates delivered",
-        "duplicates_after_ack": "  of which after an ack",
-        "lost": "lost",
-        "unexpected": "unexpected",
-        "dead_letters": "dead letters",
-    }
     for key, label in labels.items():
         groups.add_row(label, *(f"{g[key]:,}" for g in report["groups"].values()))
     console.print(groups)
 
     if report["ok"]:
-        console.print(
-            f"[green]OK[/green]: every consumer group got exactly the "
-            f"{report['local_commits']:,} messages whose local transaction committed"
-        )
+        console.print(f"[green]OK[/green]: {ok}")
     else:
         console.print("[red]FAILED[/red]:")
         for problem in report["problems"]:

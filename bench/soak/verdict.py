@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Protocol
 
 
 class Ack(StrEnum):
@@ -152,24 +153,51 @@ def _unexpected_duplicates(
     return frozenset(found)
 
 
-def _problems(verdict: Verdict) -> list[str]:
-    problems: list[str] = []
+class Problems(list[str]):
+    """What a verdict found wrong, one sentence each."""
 
-    def add(what: str, ids: frozenset[str]) -> None:
+    def add(self, what: str, ids: frozenset[str]) -> None:
+        """A sentence for a non-empty set of ids: its size and the first few."""
         if ids:
             sample = ", ".join(sorted(ids)[:5])
-            problems.append(f"{what}: {len(ids)} ({sample}{', ...' if len(ids) > 5 else ''})")
+            self.append(f"{what}: {len(ids)} ({sample}{', ...' if len(ids) > 5 else ''})")
 
+
+class RunVerdict(Protocol):
+    """What both soaks judge the same way: the producers' truth against the coordinator."""
+
+    @property
+    def committed(self) -> int: ...
+    @property
+    def settled(self) -> bool: ...
+    @property
+    def stuck_prepared(self) -> frozenset[str]: ...
+    @property
+    def not_committed_by_coordinator(self) -> frozenset[str]: ...
+    @property
+    def committed_without_local_commit(self) -> frozenset[str]: ...
+
+
+def run_problems(verdict: RunVerdict) -> Problems:
+    """The problems of the run as a whole; each soak adds its per-group ones."""
+    problems = Problems()
     if not verdict.committed:
         problems.append("no local transaction committed: the run proves nothing")
     if not verdict.settled:
         problems.append("did not settle in time: prepared messages or unacked deliveries left")
-    add("left prepared", verdict.stuck_prepared)
-    add("committed locally, not by the coordinator", verdict.not_committed_by_coordinator)
-    add("committed by the coordinator, not locally", verdict.committed_without_local_commit)
+    problems.add("left prepared", verdict.stuck_prepared)
+    problems.add("committed locally, not by the coordinator", verdict.not_committed_by_coordinator)
+    problems.add(
+        "committed by the coordinator, not locally", verdict.committed_without_local_commit
+    )
+    return problems
+
+
+def _problems(verdict: Verdict) -> list[str]:
+    problems = run_problems(verdict)
     for group in verdict.groups:
-        add(f"{group.group}: lost (committed, never delivered)", group.lost)
-        add(f"{group.group}: unexpected (delivered, never committed)", group.unexpected)
-        add(f"{group.group}: delivered again after an ack", group.unexpected_duplicates)
-        add(f"{group.group}: dead-lettered", group.dead_letters)
+        problems.add(f"{group.group}: lost (committed, never delivered)", group.lost)
+        problems.add(f"{group.group}: unexpected (delivered, never committed)", group.unexpected)
+        problems.add(f"{group.group}: delivered again after an ack", group.unexpected_duplicates)
+        problems.add(f"{group.group}: dead-lettered", group.dead_letters)
     return problems

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.server import free_port
@@ -45,12 +45,7 @@ class ExactlyOnceOptions(SoakOptions):
 
     def inbox_clients(self) -> InboxClientOptions:
         return InboxClientOptions(
-            producers=self.producers,
-            seed=self.seed,
-            think_seconds=self.think_seconds,
-            consumer_threads=self.consumer_threads,
-            no_ack_probability=self.no_ack_probability,
-            invisible_seconds=self.invisible_seconds,
+            **asdict(self.clients()),
             consumers_per_group=self.consumers_per_group,
             fail_probability=self.fail_probability,
         )

@@ -10,6 +10,7 @@ from rich.table import Table
 from bench.soak.behaviors import Behavior
 from bench.soak.exactly_once.engine import ExactlyOnceResult
 from bench.soak.exactly_once.supervisor import CHECK_MODES
+from bench.soak.report import print_outcome
 
 
 def as_dict(result: ExactlyOnceResult) -> dict[str, Any]:
@@ -124,41 +125,23 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         if options["postgres_faults"]
         else "- (not asked for)",
     )
-    exits = report["unplanned_exits"]
-    run.add_row(
-        "unplanned exits: producers / nodes / consumers",
-        f"{exits['producers']} / {exits['nodes']} / {exits['consumers']}",
+    print_outcome(
+        report,
+        console,
+        run,
+        {
+            "deliveries": "deliveries",
+            "handled": "handler ran, committed, acked",
+            "handled_unacked": "handler ran, committed, left unacked",
+            "failed": "handler failed (rolled back)",
+            "skipped_by_inbox": "redeliveries skipped by the inbox",
+            "error": "errors on the way",
+            "order_rows": "order rows written",
+            "missing": "missing",
+            "duplicated": "written twice",
+            "unexpected": "not committed, yet written",
+            "wrong_amount": "wrong amount",
+        },
+        f"every consumer group wrote exactly the {orders['committed_locally']:,} "
+        "locally committed orders, each once",
     )
-    run.add_row("settled in", f"{report['settle_seconds']:.1f} s")
-    console.print(run)
-
-    groups = Table(title="per consumer group", title_justify="left")
-    groups.add_column("")
-    for name in report["groups"]:
-        groups.add_column(name, justify="right")
-    labels = {
-        "deliveries": "deliveries",
-        "handled": "handler ran, committed, acked",
-        "handled_unacked": "handler ran, committed, left unacked",
-        "failed": "handler failed (rolled back)",
-        "skipped_by_inbox": "redeliveries skipped by the inbox",
-        "error": "errors on the way",
-        "order_rows": "order rows written",
-        "missing": "missing",
-        "duplicated": "written twice",
-        "unexpected": "not committed, yet written",
-        "wrong_amount": "wrong amount",
-    }
-    for key, label in labels.items():
-        groups.add_row(label, *(f"{g[key]:,}" for g in report["groups"].values()))
-    console.print(groups)
-
-    if report["ok"]:
-        console.print(
-            f"[green]OK[/green]: every consumer group wrote exactly the "
-            f"{orders['committed_locally']:,} locally committed orders, each once"
-        )
-    else:
-        console.print("[red]FAILED[/red]:")
-        for problem in report["problems"]:
-            console.print(f"  {problem}", highlight=False, soft_wrap=True)

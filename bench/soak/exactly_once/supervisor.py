@@ -154,20 +154,8 @@ class InboxSupervisor(Supervisor):
         return time.monotonic() < self._held_until.get(key, 0.0)
 
     # watching --------------------------------------------------------------------
-    def _supervise_producers(self) -> None:
-        for slot in self.producers:
-            if slot.process is None or slot.process.poll() is None:
-                continue
-            if self._held(f"p{slot.index}"):
-                continue
-            code = slot.process.returncode
-            if code == -signal.SIGKILL:
-                self.counts.producer_kills += 1
-            else:
-                self.counts.producer_exits += 1
-                self._event(f"producer {slot.name} exited with {code}")
-            slot.generation += 1
-            self._start_producer(slot)
+    def _held_down(self, slot: ProducerSlot) -> bool:
+        return self._held(f"p{slot.index}")
 
     def _supervise_consumers(self) -> None:
         for key, process in list(self.consumers.items()):

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from bench.soak.verdict import run_problems
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -102,28 +104,15 @@ def _judge_group(name: str, rows: Mapping[str, list[int]], evidence: Evidence) -
 
 
 def _problems(verdict: Verdict) -> list[str]:
-    problems: list[str] = []
-
-    def add(what: str, ids: frozenset[str]) -> None:
-        if ids:
-            sample = ", ".join(sorted(ids)[:5])
-            problems.append(f"{what}: {len(ids)} ({sample}{', ...' if len(ids) > 5 else ''})")
-
-    if not verdict.committed:
-        problems.append("no local transaction committed: the run proves nothing")
-    if not verdict.settled:
-        problems.append("did not settle in time: prepared messages or unacked deliveries left")
-    add("left prepared", verdict.stuck_prepared)
-    add("committed locally, not by the coordinator", verdict.not_committed_by_coordinator)
-    add("committed by the coordinator, not locally", verdict.committed_without_local_commit)
-    add("barrier and order rows disagree", verdict.barrier_disagreements)
+    problems = run_problems(verdict)
+    problems.add("barrier and order rows disagree", verdict.barrier_disagreements)
     for group in verdict.groups:
-        add(f"{group.group}: missing (committed, no order row)", group.missing)
-        add(f"{group.group}: written more than once", group.duplicated)
-        add(f"{group.group}: rolled back locally, yet written", group.rolled_back)
-        add(
+        problems.add(f"{group.group}: missing (committed, no order row)", group.missing)
+        problems.add(f"{group.group}: written more than once", group.duplicated)
+        problems.add(f"{group.group}: rolled back locally, yet written", group.rolled_back)
+        problems.add(
             f"{group.group}: written, never begun by a producer",
             group.unexpected - group.rolled_back,
         )
-        add(f"{group.group}: written with another amount", group.wrong_amount)
+        problems.add(f"{group.group}: written with another amount", group.wrong_amount)
     return problems
