@@ -18,6 +18,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -195,24 +196,48 @@ class Fleet:
 
 
 def run(config: ProducerConfig) -> None:
+    def message(
+        journal: JournalWriter, sent: int, behavior: Behavior, rng: random.Random
+    ) -> Message:
+        return Message(
+            config.topic,
+            f"order {config.name}-{sent}",
+            tags=behavior.value,
+            keys=[f"{config.name}-{sent}"],
+        )
+
+    produce(config, SoakListener, message)
+
+
+MessageFor = Callable[[JournalWriter, int, Behavior, random.Random], Message]
+
+
+def produce(
+    config: ProducerConfig,
+    listener: type[SoakListener],
+    message: MessageFor,
+    begin: Callable[[Fleet, JournalWriter, threading.Event], None] | None = None,
+) -> None:
+    """Both soaks' producer process: transactions until the stop-load file, then check-backs.
+
+    `message(journal, sent, behavior, rng)` makes the `sent`-th transaction's
+    message; `begin(fleet, journal, stop)` runs once before the load.
+    """
     stop_load, stop = stop_events(config)
     journal = JournalWriter(Path(config.journal))
-    fleet = Fleet(config, SoakListener(config, journal))
+    fleet = Fleet(config, listener(config, journal))
     rng = random.Random(f"{config.seed}:{config.name}")
     sent = 0
     try:
+        if begin is not None:
+            begin(fleet, journal, stop)
         while not stop_load.is_set():
             fleet.ensure_started()
             behavior = draw(rng)
             sent += 1
             if sent == config.kill_at:
                 behavior = rng.choice([Behavior.KILLED, Behavior.KILLED_COMMITTED])
-            msg = Message(
-                config.topic,
-                f"order {config.name}-{sent}",
-                tags=behavior.value,
-                keys=[f"{config.name}-{sent}"],
-            )
+            msg = message(journal, sent, behavior, rng)
             if not fleet.send(msg, behavior, rng):
                 journal.write(event="prepare_failed", message_id=msg.message_id)
                 stop_load.wait(0.2)

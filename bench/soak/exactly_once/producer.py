@@ -15,15 +15,14 @@ import logging
 import random
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 
-from bench.soak.behaviors import Behavior, draw
+from bench.soak.behaviors import Behavior
 from bench.soak.child_main import child_main
 from bench.soak.exactly_once.stores import Order, insert_producer_order
 from bench.soak.journal import JournalWriter
-from bench.soak.producer import Fleet, ProducerConfig, SoakListener, idle_until, stop_events
+from bench.soak.producer import Fleet, ProducerConfig, SoakListener, produce
 from coordinator.client import CoordinatorClientError, Message
 
 REGISTER_EVERY_SECONDS = 1.0
@@ -68,32 +67,20 @@ class CheckSource:
 
 
 def run(config: OrderProducerConfig) -> None:
-    stop_load, stop = stop_events(config)
-    journal = JournalWriter(Path(config.journal))
-    fleet = Fleet(config, OrderListener(config, journal))
-    rng = random.Random(f"{config.seed}:{config.name}")
-    sent = 0
-    try:
+    def begin(fleet: Fleet, journal: JournalWriter, stop: threading.Event) -> None:
         CheckSource(config, fleet, journal).ensure(stop)
-        while not stop_load.is_set():
-            fleet.ensure_started()
-            behavior = draw(rng)
-            sent += 1
-            if sent == config.kill_at:
-                behavior = rng.choice([Behavior.KILLED, Behavior.KILLED_COMMITTED])
-            order = Order(f"{config.name}-{sent}", rng.randint(1, 1_000_000))
-            msg = Message(config.topic, order.body(), tags=behavior.value, keys=[order.order_id])
-            # Before the half message: an order whose producer dies after
-            # this line is known to have begun, committed or not.
-            journal.write(event="order", order_id=order.order_id)
-            if not fleet.send(msg, behavior, rng):
-                journal.write(event="prepare_failed", message_id=msg.message_id)
-                stop_load.wait(0.2)
-            stop_load.wait(rng.uniform(0, config.think_seconds))
-        idle_until(stop, fleet, journal)
-    finally:
-        fleet.shutdown()
-        journal.close()
+
+    def message(
+        journal: JournalWriter, sent: int, behavior: Behavior, rng: random.Random
+    ) -> Message:
+        order = Order(f"{config.name}-{sent}", rng.randint(1, 1_000_000))
+        msg = Message(config.topic, order.body(), tags=behavior.value, keys=[order.order_id])
+        # Before the half message: an order whose producer dies after
+        # this line is known to have begun, committed or not.
+        journal.write(event="order", order_id=order.order_id)
+        return msg
+
+    produce(config, OrderListener, message, begin)
 
 
 def main(argv: list[str] | None = None) -> None:
