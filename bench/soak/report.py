@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -9,6 +10,9 @@ from rich.table import Table
 
 from bench.soak.behaviors import Behavior
 from bench.soak.engine import SoakResult
+from bench.soak.supervisor import Supervision
+
+COORDINATOR_STATES = ("committed", "rolled_back", "discarded", "expired", "prepared")
 
 
 def as_dict(result: SoakResult) -> dict[str, Any]:
@@ -32,10 +36,7 @@ def as_dict(result: SoakResult) -> dict[str, Any]:
             "prepare_failed": tally.prepare_failed,
         },
         "local_commits": result.local_commits,
-        "coordinator": {
-            state: states.get(state, 0)
-            for state in ("committed", "rolled_back", "discarded", "expired", "prepared")
-        },
+        "coordinator": coordinator_counts(states),
         "resolutions": dict(sorted(result.resolutions.items())),
         "check_backs_answered": sum(tally.checks.values()),
         "most_checks_of_a_message": result.most_checks,
@@ -46,11 +47,7 @@ def as_dict(result: SoakResult) -> dict[str, Any]:
             "postgres_crashes": faults.postgres_crashes,
             "postgres_restarts_possible": result.postgres_restarts_possible,
         },
-        "unplanned_exits": {
-            "producers": result.supervision.producer_exits,
-            "nodes": result.supervision.node_exits,
-            "consumers": result.supervision.consumer_exits,
-        },
+        "unplanned_exits": unplanned_exits(result.supervision),
         "groups": {
             group.group: {
                 "deliveries": group.deliveries,
@@ -68,15 +65,34 @@ def as_dict(result: SoakResult) -> dict[str, Any]:
     }
 
 
+def coordinator_counts(states: Mapping[str, int]) -> dict[str, int]:
+    """The run's messages by coordinator state, every state named even when none is in it."""
+    return {state: states.get(state, 0) for state in COORDINATOR_STATES}
+
+
+def unplanned_exits(supervision: Supervision) -> dict[str, int]:
+    return {
+        "producers": supervision.producer_exits,
+        "nodes": supervision.node_exits,
+        "consumers": supervision.consumer_exits,
+    }
+
+
+def run_table(title: str) -> Table:
+    """The report's first table: one row per count of the run."""
+    run = Table(title=title, show_header=False, title_justify="left")
+    run.add_column("what")
+    run.add_column("count", justify="right")
+    return run
+
+
 def print_report(report: dict[str, Any], console: Console) -> None:
     options = report["options"]
     title = (
         f"consistency soak {report['run']}: {options['seconds']:g} s, "
         f"{options['producers']} producers, {options['nodes']} nodes, seed {options['seed']}"
     )
-    run = Table(title=title, show_header=False, title_justify="left")
-    run.add_column("what")
-    run.add_column("count", justify="right")
+    run = run_table(title)
     transactions = report["transactions"]
     run.add_row("transactions", f"{transactions['total']:,}")
     for behavior, count in transactions["by_behavior"].items():

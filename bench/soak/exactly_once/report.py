@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from bench.soak.behaviors import Behavior
 from bench.soak.exactly_once.engine import ExactlyOnceResult
 from bench.soak.exactly_once.supervisor import CHECK_MODES
-from bench.soak.report import print_outcome
+from bench.soak.report import coordinator_counts, print_outcome, run_table, unplanned_exits
 
 
 def as_dict(result: ExactlyOnceResult) -> dict[str, Any]:
@@ -40,10 +39,7 @@ def as_dict(result: ExactlyOnceResult) -> dict[str, Any]:
             "by_behavior": {b.value: tally.behaviors.get(b.value, 0) for b in Behavior},
             "prepare_failed": tally.prepare_failed,
         },
-        "coordinator": {
-            state: states.get(state, 0)
-            for state in ("committed", "rolled_back", "discarded", "expired", "prepared")
-        },
+        "coordinator": coordinator_counts(states),
         "resolutions": dict(sorted(result.resolutions.items())),
         "settled_by_check": {
             "database": result.settled_by_database,
@@ -61,11 +57,7 @@ def as_dict(result: ExactlyOnceResult) -> dict[str, Any]:
             "postgres_restarts": faults.postgres_restarts,
             "postgres_crashes": faults.postgres_crashes,
         },
-        "unplanned_exits": {
-            "producers": result.supervision.producer_exits,
-            "nodes": result.supervision.node_exits,
-            "consumers": result.supervision.consumer_exits,
-        },
+        "unplanned_exits": unplanned_exits(result.supervision),
         "groups": {
             group.group: {
                 "deliveries": tally.deliveries[group.group],
@@ -96,9 +88,7 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         f"{options['producers']} producers, {options['nodes']} nodes, "
         f"{options['consumers_per_group']} consumers per group, seed {options['seed']}"
     )
-    run = Table(title=title, show_header=False, title_justify="left")
-    run.add_column("what")
-    run.add_column("count", justify="right")
+    run = run_table(title)
     orders = report["orders"]
     run.add_row("orders begun", f"{orders['begun']:,}")
     run.add_row("  committed locally (the producers' truth)", f"{orders['committed_locally']:,}")
