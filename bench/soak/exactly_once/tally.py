@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from bench.soak.journal import JournalReader
+from bench.soak.tally import ProducerTally
 
 # What a consumer journals after a delivery (see exactly_once/consumer.py).
 OUTCOMES = (
@@ -18,42 +20,29 @@ OUTCOMES = (
 )
 
 
-class InboxTally:
+class InboxTally(ProducerTally):
     def __init__(self, producers_dir: Path, consumers_dirs: dict[str, Path]) -> None:
-        self._producers = JournalReader(producers_dir)
+        super().__init__(producers_dir)
         self._consumers = {group: JournalReader(d) for group, d in consumers_dirs.items()}
         self.begun: set[str] = set()  # order ids
         self.transaction_ids: set[str] = set()  # every local transaction that began
-        self.behaviors: Counter[str] = Counter()
-        self.prepare_failed = 0
-        self.checks: Counter[str] = Counter()  # check-backs a producer answered, by answer
         self.answered: set[str] = set()  # message ids a producer answered a check-back for
         self.check_sources: Counter[str] = Counter()  # registrations, by mode
-        self.idle: set[str] = set()
         self.deliveries: Counter[str] = Counter()  # group -> deliveries
         self.outcomes: dict[str, Counter[str]] = {group: Counter() for group in consumers_dirs}
 
-    @property
-    def transactions(self) -> int:
-        return sum(self.behaviors.values())
+    def _producer_event(self, event: str, record: dict[str, Any]) -> None:
+        if event == "order":
+            self.begun.add(record["order_id"])
+        elif event == "transaction":
+            self.transaction_ids.add(record["transaction_id"])
+        elif event == "check":
+            self.answered.add(record["message_id"])
+        elif event == "check_source":
+            self.check_sources[record["mode"]] += 1
 
     def read(self) -> None:
-        for name, record in self._producers.new_records():
-            event = record["event"]
-            if event == "order":
-                self.begun.add(record["order_id"])
-            elif event == "transaction":
-                self.behaviors[record["behavior"]] += 1
-                self.transaction_ids.add(record["transaction_id"])
-            elif event == "prepare_failed":
-                self.prepare_failed += 1
-            elif event == "check":
-                self.checks[record["answer"]] += 1
-                self.answered.add(record["message_id"])
-            elif event == "check_source":
-                self.check_sources[record["mode"]] += 1
-            elif event == "idle":
-                self.idle.add(name)
+        self.read_producers()
         for group, reader in self._consumers.items():
             for _, record in reader.new_records():
                 if record["event"] == "delivery":
