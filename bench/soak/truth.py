@@ -51,9 +51,12 @@ def committed_count(conn: psycopg.Connection, run: str) -> int:
     return int(row[0]) if row else 0
 
 
-def database_next_to(url: str) -> str:
-    """A database of the producers' own beside the coordinator's, on the same server."""
-    name = f"{conninfo_to_dict(url).get('dbname') or 'postgres'}_soak_truth"
+def database_next_to(url: str, suffix: str = "soak_truth") -> str:
+    """A database named after `url`'s plus `suffix`, on the same server, created if absent.
+
+    By default the producers' own, beside the coordinator's.
+    """
+    name = f"{conninfo_to_dict(url).get('dbname') or 'postgres'}_{suffix}"
     with psycopg.connect(url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:

@@ -33,6 +33,7 @@ from bench.soak.layout import CONSUMER_GROUPS
 from bench.soak.postgres import Postgres
 from bench.soak.progress import ProgressView
 from bench.soak.supervisor import Supervision
+from bench.soak.truth import database_next_to
 from coordinator.client import Inbox
 from coordinator.db import migrate
 
@@ -128,12 +129,12 @@ class ExactlyOnceSoak(Soak):
     def _stores(self) -> Stores:
         if self.options.database_url:
             self.database_url = self.options.database_url
-            truth = self.options.truth_database_url or stores.database_next_to(
+            truth = self.options.truth_database_url or database_next_to(
                 self.database_url, "soak_truth"
             )
             source = truth
             consumers = {
-                name: stores.database_next_to(self.database_url, f"soak_consumer_{name}")
+                name: database_next_to(self.database_url, f"soak_consumer_{name}")
                 for name in CONSUMER_GROUPS
             }
         else:

@@ -14,8 +14,6 @@ import json
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bench.soak.truth import BARRIER
 
@@ -135,14 +133,3 @@ def consumer_orders(url: str, run: str) -> dict[str, list[int]]:
         for order_id, amount in rows:
             found.setdefault(order_id, []).append(int(amount))
     return found
-
-
-# where the databases live ----------------------------------------------------------
-def database_next_to(url: str, suffix: str) -> str:
-    """A database named after `url`'s plus `suffix`, on the same server, created if absent."""
-    name = f"{conninfo_to_dict(url).get('dbname') or 'postgres'}_{suffix}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return make_conninfo(url, dbname=name)
