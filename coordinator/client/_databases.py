@@ -16,6 +16,17 @@ import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+# A table name the helpers splice into their statements: a plain identifier,
+# optionally schema-qualified, nothing that needs quoting.
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
+
+
+def plain_table_name(table: str, what: str) -> str:
+    """`table`, or ValueError with a sentence naming `what` (e.g. "inbox")."""
+    if not _IDENTIFIER.match(table):
+        raise ValueError(f"{what} table name {table!r} is not a plain SQL identifier")
+    return table
+
 
 @contextlib.contextmanager
 def transaction(database: Any) -> Iterator[Any]:

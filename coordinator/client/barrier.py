@@ -19,25 +19,23 @@ waits for the whole transaction rather than racing its business writes.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Generic, TypeVar
 
 from coordinator.client._base import Survived, survive_errors
+from coordinator.client._databases import execute, execute_async, fetchone_async, plain_table_name
 from coordinator.client.listener import AsyncTransactionListener, TransactionListener
 from coordinator.client.message import LocalTransactionState, Message
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "coordinator_barrier"
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
 
 class Barrier:
     def __init__(self, table: str = DEFAULT_TABLE) -> None:
-        if not _IDENTIFIER.match(table):
-            raise ValueError(f"barrier table name {table!r} is not a plain SQL identifier")
+        plain_table_name(table, "barrier")
         self.table = table
 
     def ddl(self) -> str:
@@ -67,48 +65,35 @@ class Barrier:
 
     # sync: psycopg Connection, or SQLAlchemy Connection / Session ------------
     def create_table(self, conn: Any) -> None:
-        _execute(conn, self.ddl(), {})
+        execute(conn, self.ddl(), {})
 
     def mark_committed(self, conn: Any, transaction_id: str) -> None:
         """Inside the local transaction: it commits with it, or not at all."""
-        _execute(conn, self._mark_sql, {"tid": transaction_id})
+        execute(conn, self._mark_sql, {"tid": transaction_id})
 
     def check(self, conn: Any, transaction_id: str) -> LocalTransactionState:
         """Decide a check-back. Run in a transaction of its own; commit it afterwards."""
-        _execute(conn, self._marker_sql, {"tid": transaction_id})
-        row = _execute(conn, self._read_sql, {"tid": transaction_id}).fetchone()
+        execute(conn, self._marker_sql, {"tid": transaction_id})
+        row = execute(conn, self._read_sql, {"tid": transaction_id}).fetchone()
         return _state(row)
 
     # asyncio: psycopg AsyncConnection ----------------------------------------
     async def create_table_async(self, conn: Any) -> None:
-        await conn.execute(_psycopg(self.ddl()), {})
+        await execute_async(conn, self.ddl(), {})
 
     async def mark_committed_async(self, conn: Any, transaction_id: str) -> None:
-        await conn.execute(_psycopg(self._mark_sql), {"tid": transaction_id})
+        await execute_async(conn, self._mark_sql, {"tid": transaction_id})
 
     async def check_async(self, conn: Any, transaction_id: str) -> LocalTransactionState:
-        await conn.execute(_psycopg(self._marker_sql), {"tid": transaction_id})
-        cursor = await conn.execute(_psycopg(self._read_sql), {"tid": transaction_id})
-        return _state(await cursor.fetchone())
+        await execute_async(conn, self._marker_sql, {"tid": transaction_id})
+        cursor = await execute_async(conn, self._read_sql, {"tid": transaction_id})
+        return _state(await fetchone_async(cursor))
 
 
 def _state(row: Any) -> LocalTransactionState:
     if row is not None and row[0] == "committed":
         return LocalTransactionState.COMMIT
     return LocalTransactionState.ROLLBACK
-
-
-def _psycopg(sql: str) -> str:
-    return re.sub(r":(\w+)", r"%(\1)s", sql)
-
-
-def _execute(conn: Any, sql: str, params: dict[str, Any]) -> Any:
-    """Run on a psycopg connection or an SQLAlchemy Connection/Session."""
-    if type(conn).__module__.startswith("sqlalchemy"):
-        from sqlalchemy import text
-
-        return conn.execute(text(sql), params)
-    return conn.execute(_psycopg(sql), params)
 
 
 LocalTransaction = Callable[[Any, Message, Any], None]

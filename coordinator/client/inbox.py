@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -55,6 +54,7 @@ from coordinator.client._databases import (
     execute,
     execute_async,
     fetchone_async,
+    plain_table_name,
     transaction,
 )
 from coordinator.client.consumer import (
@@ -73,7 +73,6 @@ DEFAULT_TABLE = "coordinator_inbox"
 DEFAULT_WINDOW = timedelta(days=14)
 DEFAULT_PURGE_EVERY = timedelta(minutes=10)
 DEFAULT_PURGE_BATCH = 1000
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
 Handler = Callable[[Any, ReceivedMessage], object]
 AsyncHandler = Callable[[Any, ReceivedMessage], Awaitable[object]]
@@ -97,8 +96,7 @@ class _InboxTable:
         purge_every: timedelta | None = DEFAULT_PURGE_EVERY,
         purge_batch: int = DEFAULT_PURGE_BATCH,
     ) -> None:
-        if not _IDENTIFIER.match(table):
-            raise ValueError(f"inbox table name {table!r} is not a plain SQL identifier")
+        plain_table_name(table, "inbox")
         if not consumer_group:
             raise ValueError("an inbox needs the consumer group it deduplicates for")
         if purge_batch < 1:
