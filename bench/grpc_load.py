@@ -170,6 +170,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--channels", type=int, help="connections (default: one per producer)")
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="NAME=VALUE",
+        help="a setting of the server under test, e.g. group_commit_linger_seconds=0 (repeatable)",
+    )
+    parser.add_argument(
         "--floor",
         action="store_true",
         help="measure grpc.aio answering constants, no coordinator (bench/grpc_floor.py)",
@@ -204,6 +212,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"CPU per message: {per_message(before, after, result.messages)}")
 
 
+def _setting(text: str) -> tuple[str, str]:
+    """`NAME=VALUE`: the server gets COORDINATOR_NAME=VALUE."""
+    name, equals, value = text.partition("=")
+    if not equals or not name.strip():
+        raise argparse.ArgumentTypeError(f"give NAME=VALUE, e.g. access_log=false (got {text!r})")
+    return name.strip(), value
+
+
 @contextmanager
 def _server_under_test(args: argparse.Namespace) -> Iterator[tuple[int, str, CpuMeter]]:
     if args.floor:
@@ -214,7 +230,8 @@ def _server_under_test(args: argparse.Namespace) -> Iterator[tuple[int, str, Cpu
         return
     with bench_database(args.database_url) as database:
         port = free_port()
-        with coordinator_process(database.url, grpc_port=port) as server:
+        settings = dict(args.set)
+        with coordinator_process(database.url, grpc_port=port, **settings) as server:
             subscribe(server.url)
             meter = CpuMeter(server.process.pid, postmaster_pid(database.url), database.url)
             yield server.process.pid, f"127.0.0.1:{port}", meter

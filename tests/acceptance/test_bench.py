@@ -277,3 +277,25 @@ def test_steady_quick(tmp_path: Path) -> None:
     assert report["settings"]["autovacuum_naptime_seconds"] == 1
     assert report["processes_left_running"] == []
     assert live_processes(report["processes"].values()) == []
+
+
+def test_grpc_door_cpu_quick() -> None:
+    command = ["bench.grpc_door_cpu", "--json", "--messages", "300", "--rounds", "1"]
+    answer = subprocess.run(
+        [sys.executable, "-m", *command],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    report = json.loads(answer.stdout)
+    assert report["messages"] == 300
+    spent = report["door_us_per_message"]
+    assert set(spent) == {"access log on", "access log off"}
+    assert all(value > 0 for value in spent.values())
+    # Every message went through both handlers, answered OK (the run stops on any
+    # other answer), and only the variant with the access log wrote its lines.
+    written = report["access_log_bytes_per_message"]
+    assert written["access log off"] == 0
+    assert written["access log on"] > 2 * len('{"rpc": "SendMessage"}')
