@@ -376,6 +376,38 @@ async def test_tag_filters(core: Coordinator, expression: str, expected: list[by
     assert bodies(await receive(core)) == expected
 
 
+async def test_concurrent_first_subscriptions_never_pass_the_groups_bound(
+    database_url: str,
+) -> None:
+    settings = Settings(database_url=None, max_subscriptions_per_group=2, pool_max_size=12)
+    async with (
+        Coordinator.connect(database_url, settings) as core,
+        await psycopg.AsyncConnection.connect(database_url) as blocker,
+    ):
+        # Several rounds, each a group of its own: twelve of its topics at once,
+        # each on a connection of its own, held at the table's lock and let go
+        # together. Their counts would see the group (nearly) empty if nothing
+        # made them take turns.
+        for round_number in range(5):
+            group = f"{GROUP}-{round_number}"
+            await blocker.execute("LOCK TABLE subscriptions IN EXCLUSIVE MODE")
+            subscribing = asyncio.gather(
+                *(core.delivery.subscribe(group, f"topic-{n}") for n in range(12)),
+                return_exceptions=True,
+            )
+            await asyncio.sleep(0.3)
+            await blocker.commit()
+            outcomes = await asyncio.wait_for(subscribing, 30)
+            refused = [o for o in outcomes if isinstance(o, InvalidMessage)]
+            assert len(refused) == 10, (round_number, outcomes)
+            assert all("subscribes to 2 topics already" in e.message for e in refused)
+            assert len(await core.delivery.subscriptions(group)) == 2
+        # A topic the group has already is still changed while the group is full.
+        taken = next(o for o in outcomes if not isinstance(o, BaseException))
+        changed = await core.delivery.subscribe(group, taken.subscription.topic, "TagA")
+        assert not changed.created and changed.subscription.expression == "TagA"
+
+
 async def test_changing_a_subscription_applies_to_later_commits(core: Coordinator) -> None:
     await core.delivery.subscribe(GROUP, TOPIC, "TagA")
     await commit(core, b"a1", tags="TagA")

@@ -12,7 +12,7 @@ from typing import Any
 
 from coordinator.core.configs import DeliveryConfig
 from coordinator.core.context import CoreContext
-from coordinator.db.queries import fetch_all, fetch_one
+from coordinator.db.queries import execute, fetch_all, fetch_one
 from coordinator.domain.delivery import ConsumerLag, FilterType, SubscribeResult, Subscription
 from coordinator.domain.errors import InvalidMessage, NotFound
 from coordinator.domain.records import record_from_row
@@ -52,7 +52,9 @@ class Subscriptions:
         check_topic(topic)
         kind, text, tags, tree = parse_filter(expression, filter_type)
         check_count("max delivery attempts", max_delivery_attempts, MAX_DELIVERY_ATTEMPTS_LIMIT)
-        async with self._context.pool.connection() as conn:
+        async with self._context.pool.connection() as conn, conn.transaction():
+            # One subscriber of the group at a time, so that the bound holds.
+            await execute(conn, "lock_group_subscriptions", {"consumer_group": consumer_group})
             row = await fetch_one(
                 conn,
                 "upsert_subscription",

@@ -2,12 +2,18 @@
 -- lag. Deliveries are created by the trigger on messages (messages_changed),
 -- in the transaction that commits a message.
 
+-- name: lock_group_subscriptions
+-- Taken in the transaction of upsert_subscription, before it: the group's
+-- subscribers take turns, so concurrent first subscriptions cannot pass the
+-- count together. (upsert_subscription, a statement of its own, counts with
+-- a snapshot taken after the lock: it sees what the one before committed.)
+SELECT pg_advisory_xact_lock(hashtextextended(%(consumer_group)s::text, 4005));
+
 -- name: upsert_subscription
 -- xmax = 0 only for a freshly inserted row: tells "created" from "changed".
 -- A group takes a new topic only while it has fewer than max_subscriptions
--- (max_subscriptions_per_group): no row back means it is full. Concurrent
--- first subscriptions of one group may pass the count together, so the bound
--- can be passed by as many as subscribe at the same instant, never more.
+-- (max_subscriptions_per_group): no row back means it is full. Run after
+-- lock_group_subscriptions in one transaction, so the count is exact.
 INSERT INTO subscriptions (
     consumer_group, topic, expression, tags, filter_type, filter, fifo, max_delivery_attempts
 )
