@@ -12,6 +12,7 @@ from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator, running_authenticator
 from coordinator.core.checkback.scheduler import running_check_scheduler
 from coordinator.core.retention.scheduler import running_retention
+from coordinator.logs import flush_access_lines
 
 
 class ServingDoor(Protocol):
@@ -74,6 +75,7 @@ async def running_node(
     holds answer at once and its requests in flight finish.
     """
     async with (
+        _access_lines_written(),
         Coordinator.connect(database_url, settings, listen=True) as core,
         running_authenticator(core.context, core.configs.auth) as authenticator,
         running_check_scheduler(core.checkback.run_round, core.configs.scheduler),
@@ -84,3 +86,13 @@ async def running_node(
         # Last in, so first out: before any door stops.
         serving.callback(core.begin_shutdown)
         yield Node(core, started)
+
+
+@asynccontextmanager
+async def _access_lines_written() -> AsyncIterator[None]:
+    """On the way out, after the doors answered their last requests, write the access
+    lines still waiting for their batch (logs.py)."""
+    try:
+        yield
+    finally:
+        flush_access_lines()

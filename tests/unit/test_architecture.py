@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     # CLI's --json prints them, so they belong to neither.
     "views": {"domain", "views"},
     # A running node: the core, then each configured door.
-    "node": {"domain", "config", "core", "http", "grpc", "node"},
+    "node": {"domain", "config", "logs", "core", "http", "grpc", "node"},
     "client": {"client"},
     "pipeline": {"domain", "config", "db", "client", "pipeline"},
     # The schema and its SQL come from db/; plain `alembic` without a URL

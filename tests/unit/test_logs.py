@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -97,3 +100,85 @@ def test_the_access_log_is_on_without_verbose_and_apscheduler_stays_quiet_with_i
     )
     logs.configure(access_log=False)
     assert not logs.ACCESS.isEnabledFor(logging.INFO)
+
+
+def _access_lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+@pytest.fixture
+def access_lines_flushed(restored_logging: None) -> Iterator[None]:
+    yield
+    logs.flush_access_lines()  # nothing of this test's is left for another's
+
+
+def _access_to_a_string(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    # In the test's body: pytest puts its own sys.stderr back after the fixtures.
+    written = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", written)
+    logs.configure(log_format="json")
+    return written
+
+
+def test_in_an_event_loop_access_lines_go_out_together_with_their_own_times(
+    access_lines_flushed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    access_to_a_string = _access_to_a_string(monkeypatch)
+
+    async def serve() -> tuple[float, list[dict[str, object]]]:
+        started = time.time()
+        for n in range(3):
+            logs.access_line("GET /%d", (n,), {"path": f"/{n}"})
+            await asyncio.sleep(0.02)
+        waiting = _access_lines(access_to_a_string)
+        await asyncio.sleep(logs.ACCESS_FLUSH_SECONDS + 0.3)
+        return started, waiting
+
+    started, waiting = asyncio.run(serve())
+    assert waiting == [], "not written line by line"
+    lines = _access_lines(access_to_a_string)
+    assert [line["path"] for line in lines] == ["/0", "/1", "/2"]
+    # Each line holds the time it was logged, not the time the batch went out.
+    stamps = [
+        datetime.strptime(str(line["time"]), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        for line in lines
+    ]
+    assert stamps == sorted(stamps)
+    assert stamps[0].timestamp() < started + 0.015
+    assert 0.03 <= (stamps[2] - stamps[0]).total_seconds() < 0.5
+
+
+def test_a_full_batch_is_written_at_once(
+    access_lines_flushed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    access_to_a_string = _access_to_a_string(monkeypatch)
+
+    async def serve() -> list[dict[str, object]]:
+        for n in range(logs.ACCESS_BATCH_LINES):
+            logs.access_line("GET /%d", (n,), {"path": f"/{n}"})
+        return _access_lines(access_to_a_string)
+
+    assert len(asyncio.run(serve())) == logs.ACCESS_BATCH_LINES
+
+
+def test_lines_left_by_a_closed_loop_are_written_with_the_next_or_at_a_flush(
+    access_lines_flushed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    access_to_a_string = _access_to_a_string(monkeypatch)
+
+    async def request(path: str) -> None:
+        logs.access_line("GET %s", (path,), {"path": path})
+
+    asyncio.run(request("/first"))  # its loop closes before the batch's timer
+    assert _access_lines(access_to_a_string) == []
+
+    async def next_loop() -> None:
+        await request("/second")
+        await asyncio.sleep(logs.ACCESS_FLUSH_SECONDS + 0.3)
+
+    asyncio.run(next_loop())
+    assert [line["path"] for line in _access_lines(access_to_a_string)] == ["/first", "/second"]
+
+    asyncio.run(request("/third"))
+    logs.flush_access_lines()  # what a node does when it stops
+    assert _access_lines(access_to_a_string)[-1]["path"] == "/third"
