@@ -91,8 +91,8 @@ class Door:
     """SendMessage and EndTransaction as the server calls them, bytes in, bytes out."""
 
     def __init__(self) -> None:
-        from coordinator.grpc.producing import Producing
-        from coordinator.grpc.server import _Meter, _parse
+        from coordinator.grpc.server import SERVICE_NAME, handlers
+        from coordinator.grpc.service import MessagingService
         from coordinator.grpc.stubs import load
 
         self.stubs = load()
@@ -100,11 +100,11 @@ class Door:
         auth = ServiceConfigs.from_settings(settings).auth
         authenticator = Authenticator(CoreContext(None), auth)  # type: ignore[arg-type]
         core: Any = _Core(ConstantTransactions())
-        producing = Producing(core, authenticator, settings, self.stubs)
-        meter = _Meter(self.stubs)
-        self.send = meter.unary("SendMessage", producing.SendMessage)
-        self.end = meter.unary("EndTransaction", producing.EndTransaction)
-        self.parse = _parse
+        service = MessagingService(core, authenticator, settings, self.stubs, port=8081)
+        # What grpc.aio looks up for a call: the RPC's handler, parser and serialiser.
+        registered = handlers(service, self.stubs)
+        self.send = registered.service(_Call(f"/{SERVICE_NAME}/SendMessage"))
+        self.end = registered.service(_Call(f"/{SERVICE_NAME}/EndTransaction"))
         self.context = _Context()
         self.ok = self.stubs.code("OK")
 
@@ -125,8 +125,7 @@ class Door:
                 )
             ]
         ).SerializeToString()
-        sent = await self.send(self.parse(service.SendMessageRequest, send), self.context)
-        sent.SerializeToString()
+        sent = await self._call(self.send, send)
         if sent.status.code != self.ok:
             raise RuntimeError(f"SendMessage: {sent.status.message}")
         end = service.EndTransactionRequest(
@@ -136,10 +135,21 @@ class Door:
             resolution=definition.COMMIT,
             source=definition.SOURCE_CLIENT,
         ).SerializeToString()
-        ended = await self.end(self.parse(service.EndTransactionRequest, end), self.context)
-        ended.SerializeToString()
+        ended = await self._call(self.end, end)
         if ended.status.code != self.ok:
             raise RuntimeError(f"EndTransaction: {ended.status.message}")
+
+    async def _call(self, rpc: Any, request: bytes) -> Any:
+        answer = await rpc.unary_unary(rpc.request_deserializer(request), self.context)
+        rpc.response_serializer(answer)
+        return answer
+
+
+@dataclass(frozen=True)
+class _Call:
+    """The part of grpc's HandlerCallDetails a generic handler reads."""
+
+    method: str
 
 
 def _cpu_per_message(door: Door, messages: int) -> float:
