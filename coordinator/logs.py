@@ -204,13 +204,12 @@ _Line = tuple[float, str, tuple[Any, ...], Mapping[str, Any]]
 
 
 class _AccessBatch(threading.local):
-    """This thread's access lines not yet written, and the timer of its event loop
+    """This thread's access lines not yet written, and the task of its event loop
     that writes them (each serving thread runs one loop)."""
 
     def __init__(self) -> None:
         self.lines: list[_Line] = []
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.writer: asyncio.Task[None] | None = None
 
 
 _batch = _AccessBatch()
@@ -228,27 +227,38 @@ def access_line(message: str, args: tuple[Any, ...], line_fields: Mapping[str, A
         return
     if len(batch.lines) >= ACCESS_BATCH_LINES:
         flush_access_lines()
-    elif batch.timer is None or batch.loop is not loop:
-        # (A timer of another loop, closed since, would never fire: the lines
-        # it was for are written with these.)
-        batch.loop = loop
-        batch.timer = loop.call_later(ACCESS_FLUSH_SECONDS, _timer_fired)
+    elif batch.writer is None or batch.writer.get_loop() is not loop:
+        batch.writer = loop.create_task(_write_soon())
 
 
-def _timer_fired() -> None:
-    _batch.timer = None
-    flush_access_lines()
+async def _write_soon() -> None:
+    # A task, not a timer: when its loop ends, asyncio.run (and uvicorn, and
+    # anyio) cancel the tasks left, and this one then writes its lines, so
+    # no line outlives its loop.
+    try:
+        await asyncio.sleep(ACCESS_FLUSH_SECONDS)
+    finally:
+        if _batch.writer is asyncio.current_task():
+            _batch.writer = None
+        _write_lines()
 
 
 def flush_access_lines() -> None:
     """Write this thread's waiting access lines now (a node does when it stops, and
     the process at exit)."""
-    batch = _batch
-    if batch.timer is not None:
-        if batch.loop is not None and not batch.loop.is_closed():
-            batch.timer.cancel()
-        batch.timer = None
-    lines, batch.lines = batch.lines, []
+    writer, _batch.writer = _batch.writer, None
+    if writer is not None and not writer.done():
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if writer.get_loop() is running:
+            writer.cancel()  # it finds nothing left to write
+    _write_lines()
+
+
+def _write_lines() -> None:
+    lines, _batch.lines = _batch.lines, []
     for created, message, args, line_fields in lines:
         # Made directly: Logger.info would also look up the caller's source
         # line in the stack, a third of a line's cost, for nothing.
