@@ -125,6 +125,9 @@ def test_in_an_event_loop_access_lines_go_out_together_with_their_own_times(
     access_lines_flushed: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     access_to_a_string = _access_to_a_string(monkeypatch)
+    # Longer than the default, so that a busy machine cannot make the batch
+    # go out before the test looks.
+    monkeypatch.setattr(logs, "ACCESS_FLUSH_SECONDS", 0.5)
 
     async def serve() -> tuple[float, list[dict[str, object]]]:
         started = time.time()
@@ -132,7 +135,7 @@ def test_in_an_event_loop_access_lines_go_out_together_with_their_own_times(
             logs.access_line("GET /%d", (n,), {"path": f"/{n}"})
             await asyncio.sleep(0.02)
         waiting = _access_lines(access_to_a_string)
-        await asyncio.sleep(logs.ACCESS_FLUSH_SECONDS + 0.3)
+        await asyncio.sleep(1.0)
         return started, waiting
 
     started, waiting = asyncio.run(serve())
@@ -146,7 +149,7 @@ def test_in_an_event_loop_access_lines_go_out_together_with_their_own_times(
     ]
     assert stamps == sorted(stamps)
     assert stamps[0].timestamp() < started + 0.015
-    assert 0.03 <= (stamps[2] - stamps[0]).total_seconds() < 0.5
+    assert 0.03 <= (stamps[2] - stamps[0]).total_seconds() < 0.45
 
 
 def test_a_full_batch_is_written_at_once(
