@@ -9,6 +9,7 @@ test a fresh copy of it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import socket
 import tempfile
@@ -24,6 +25,7 @@ import psycopg
 import pytest
 from pytest_postgresql import factories
 
+from coordinator import logs
 from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.db import migrate
@@ -103,6 +105,20 @@ def db(postgresql: psycopg.Connection) -> psycopg.Connection:
     """A direct connection for asserting what the database holds."""
     postgresql.autocommit = True
     return postgresql
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """logs.configure() replaces the process's logging; put back what pytest had."""
+    logs.flush_access_lines()  # another test's lines go where that test's went
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    access_level = logs.ACCESS.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logs.ACCESS.setLevel(access_level)
+    logging.getLogger("apscheduler").setLevel(logging.NOTSET)
 
 
 @pytest.fixture

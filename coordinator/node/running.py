@@ -75,24 +75,16 @@ async def running_node(
     holds answer at once and its requests in flight finish.
     """
     async with (
-        _access_lines_written(),
         Coordinator.connect(database_url, settings, listen=True) as core,
         running_authenticator(core.context, core.configs.auth) as authenticator,
         running_check_scheduler(core.checkback.run_round, core.configs.scheduler),
         running_retention(core.retention.run_round, core.configs.retention),
         AsyncExitStack() as serving,
     ):
+        # First in, so last out: once every door answered its last request,
+        # the access lines still waiting for their batch (logs.py) are written.
+        serving.callback(flush_access_lines)
         started = [await serving.enter_async_context(door(core, authenticator)) for door in doors]
         # Last in, so first out: before any door stops.
         serving.callback(core.begin_shutdown)
         yield Node(core, started)
-
-
-@asynccontextmanager
-async def _access_lines_written() -> AsyncIterator[None]:
-    """On the way out, after the doors answered their last requests, write the access
-    lines still waiting for their batch (logs.py)."""
-    try:
-        yield
-    finally:
-        flush_access_lines()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -121,15 +120,9 @@ async def test_hurry_reaches_every_door(database_url: str) -> None:
     assert doors["a"].hurried and doors["b"].hurried
 
 
-def _logging_now() -> tuple[list[logging.Handler], int, int]:
-    root = logging.getLogger()
-    return root.handlers[:], root.level, logs.ACCESS.level
-
-
 async def test_access_lines_waiting_for_their_batch_are_written_when_the_node_stops(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str, restored_logging: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    handlers, level, access_level = _logging_now()
     written = io.StringIO()
     monkeypatch.setattr(sys, "stderr", written)
     monkeypatch.setattr(logs, "ACCESS_FLUSH_SECONDS", 3600.0)  # only the stop writes them
@@ -145,16 +138,10 @@ async def test_access_lines_waiting_for_their_batch_are_written_when_the_node_st
             # A request the door answered while it stopped.
             logs.access_line("GET %s", ("/last",), {"path": "/last"})
 
-    try:
-        settings = Settings(database_url=None, check_scheduler_enabled=False)
-        async with running_node(database_url, settings, [answering_to_the_end]):
-            logs.access_line("GET %s", ("/first",), {"path": "/first"})
-            await asyncio.sleep(0.1)
-            assert written.getvalue() == "", "waiting for its batch"
-        paths = [json.loads(line)["path"] for line in written.getvalue().splitlines()]
-        assert paths == ["/first", "/last"]
-    finally:
-        root = logging.getLogger()
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        logs.ACCESS.setLevel(access_level)
+    settings = Settings(database_url=None, check_scheduler_enabled=False)
+    async with running_node(database_url, settings, [answering_to_the_end]):
+        logs.access_line("GET %s", ("/first",), {"path": "/first"})
+        await asyncio.sleep(0.1)
+        assert written.getvalue() == "", "waiting for its batch"
+    paths = [json.loads(line)["path"] for line in written.getvalue().splitlines()]
+    assert paths == ["/first", "/last"]

@@ -17,20 +17,6 @@ import pytest
 from coordinator import logs
 
 
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    """configure() replaces the process's logging; put back what pytest had."""
-    logs.flush_access_lines()  # another test's lines go where that test's went
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    access_level = logs.ACCESS.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logs.ACCESS.setLevel(access_level)
-    logging.getLogger("apscheduler").setLevel(logging.NOTSET)
-
-
 def _record(**extra: object) -> logging.LogRecord:
     logger = logging.getLogger("coordinator.test")
     return logger.makeRecord(
