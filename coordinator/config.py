@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES
+from coordinator.domain.database_urls import redact
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
 from coordinator.domain.hosts import host_patterns
 from coordinator.domain.immunity import longest_check_immunity
@@ -144,6 +147,20 @@ class Settings(BaseSettings):
         le=300,
         description="How long a request waits for a database connection before it is "
         "answered 503 database_unavailable (PostgreSQL down or restarting).",
+    )
+    database_deadline_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="The longest a request waits on the database, for a connection and on "
+        "it; then it is answered 503 database_unavailable and its connection is closed (not "
+        "cancelled): a frozen, cut-off or failing-over server costs at most this.",
+    )
+    synchronous_commit: Literal["on", "remote_apply", "remote_write", "local", "off"] = Field(
+        default="on",
+        description="PostgreSQL's synchronous_commit, pinned on the coordinator's sessions: "
+        "with a synchronous standby, `on` acknowledges a write once the standby has it. "
+        "Lower levels trade that for speed and may lose acknowledged messages at failover.",
     )
     group_commit_max_batch: int = Field(
         default=500, ge=1, description="Most single requests committed in one transaction."
@@ -414,6 +431,13 @@ class Settings(BaseSettings):
             return None
         if not POSTGRESQL_URL.match(url):
             raise ValueError("not a PostgreSQL URL: give postgresql://USER@HOST:PORT/DATABASE")
+        try:
+            # What libpq will read, multi-host forms included; a SQLAlchemy
+            # driver suffix is not libpq's and is dropped for the check only.
+            conninfo_to_dict(POSTGRESQL_URL.sub("postgresql://", url, count=1))
+        except psycopg.ProgrammingError as error:
+            reason = " ".join(str(error).split()) or "malformed"
+            raise ValueError(f"not a URL libpq can read: {redact(reason)}") from None
         return url
 
     @field_validator("allowed_hosts", mode="before")
@@ -474,7 +498,7 @@ class Settings(BaseSettings):
 def _shown(field: str, value: Any) -> Any:
     """A wrong value as an error message may show it: never a password."""
     if field == "database_url" and isinstance(value, str):
-        return re.sub(r"://([^:/@]+):[^@]+@", r"://\1:***@", value)
+        return redact(value)
     if field in ("check_push_secret", "check_source_key"):
         return "***"
     return value

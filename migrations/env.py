@@ -7,6 +7,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from coordinator.db.queries import query
 from coordinator.db.schema import metadata
 from coordinator.db.urls import sqlalchemy_url
 
@@ -41,6 +42,8 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():
+            # Before Alembic reads the version table: see lock_migrations.
+            connection.exec_driver_sql(query("lock_migrations"))
             context.run_migrations()
     engine.dispose()
 

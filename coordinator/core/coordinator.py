@@ -67,6 +67,8 @@ class Coordinator:
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
             timeout=settings.pool_timeout_seconds,
+            deadline=settings.database_deadline_seconds,
+            synchronous_commit=settings.synchronous_commit,
         )
         await pool.open(wait=True, timeout=POOL_OPEN_SECONDS)
         notifier = (

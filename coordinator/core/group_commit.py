@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 
 from psycopg import AsyncConnection
 
-from coordinator.db.pool import CoordinatorPool
+from coordinator.db.pool import RETRY_ADVICE, CoordinatorPool
 from coordinator.domain.errors import CoordinatorError, DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,20 @@ class GroupCommitter(Generic[Item, Result]):
                 gathered.set_result(None)
         else:
             self._start_batches()
-        outcome = await future
+        try:
+            # Bounded like a request on a connection of its own: a caller
+            # queued behind a batch stuck on an unanswering server is answered
+            # at its deadline, not after every batch ahead of it gave up.
+            async with asyncio.timeout(self.pool.deadline):
+                outcome = await future
+        except TimeoutError:
+            # The future is cancelled with the wait: a batch not yet taken
+            # skips this request; one that holds it may still commit it, which
+            # leaves the outcome unknown to the caller, as a lost connection does.
+            raise DatabaseUnavailable(
+                f"PostgreSQL did not commit the request within {self.pool.deadline:g} s "
+                f"(database_deadline_seconds). {RETRY_ADVICE}"
+            ) from None
         if isinstance(outcome, CoordinatorError):
             raise outcome
         return outcome

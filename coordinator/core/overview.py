@@ -52,6 +52,9 @@ MINUTE = timedelta(minutes=1)
 # has ended (resolved_at is the resolving transaction's start). Ends, claims
 # and operator actions are short transactions; this leaves them ample time.
 SETTLE = timedelta(seconds=15)
+# Reading every figure in one snapshot may take longer than a request's
+# deadline on large tables; still bounded, for a frozen server.
+READ_DEADLINE_SECONDS = 30.0
 
 
 def _no_round() -> RetentionResult | None:
@@ -78,7 +81,9 @@ class OverviewReader:
         is false (/metrics has them from the retention rounds)."""
         if not 0 <= minutes <= MAX_MINUTES:
             raise InvalidMessage(f"minutes must be between 0 and {MAX_MINUTES}, got {minutes}")
-        async with self._context.pool.connection() as conn, conn.transaction():
+        pool = self._context.pool
+        deadline = max(pool.deadline, READ_DEADLINE_SECONDS)
+        async with pool.connection(deadline=deadline) as conn, conn.transaction():
             await execute(conn, "overview_snapshot")
             clock = await fetch_one(conn, "overview_clock")
             assert clock is not None

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from coordinator.core.configs import TransactionsConfig
 from coordinator.core.ids import new_message_id, new_transaction_id
-from coordinator.db.queries import fetch_all
+from coordinator.db.queries import execute, fetch_all
 from coordinator.domain.delivery_time import RecallHandle, check_delivery_time
 from coordinator.domain.errors import (
     CoordinatorError,
@@ -129,6 +129,11 @@ async def insert_validated(
         }
         for row in await fetch_all(conn, "find_messages_by_message_id", wanted):
             stored[_id_key(row["message_id"], row)] = (row, False)
+        # A repeat is answered from a row this statement did not write, which
+        # may have been committed locally only (its first attempt was answered
+        # 503 when the wait for the synchronous standby was cut): make sure the
+        # standby has it before it is reported stored.
+        await execute(conn, "confirm_durable")
     outcomes: list[SendResult | CoordinatorError] = []
     seen: dict[IdKey, tuple[str, str | None, str, bytes]] = {}
     for message, message_id, key in zip(messages, message_ids, keys, strict=True):

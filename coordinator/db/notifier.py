@@ -6,6 +6,12 @@ the look and the wait sets their event, so no wake-up is lost. NOTIFY is
 transactional, so a waiter wakes only once the change is committed. If the
 listening connection breaks, every waiter is woken (to poll) while it
 reconnects; polling with a short timeout stays the fallback either way.
+
+A listening connection only waits, so it would not notice a server that
+stopped answering (frozen, cut off) or that is no longer the primary after
+a failover: every `check_seconds` without a notification it asks the server,
+within a bound, whether it is still there and still the primary, and
+reconnects (through the URL, to the new primary) when it is not.
 """
 
 from __future__ import annotations
@@ -17,6 +23,11 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable
 
 import psycopg
+from psycopg.rows import dict_row
+
+from coordinator.db.connections import tcp_defaults
+from coordinator.db.deadlines import severed_after
+from coordinator.db.queries import fetch_one
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +37,14 @@ CHECKS_CHANNEL = "coordinator_checks"
 DELIVERIES_CHANNEL = "coordinator_deliveries"
 TOKENS_CHANNEL = "coordinator_tokens"  # a token was created or revoked
 CHANNELS = (CHECKS_CHANNEL, DELIVERIES_CHANNEL, TOKENS_CHANNEL)
+# How often an idle listening connection asks whether its server is still the
+# primary, and how long the answer may take.
+CHECK_SECONDS = 5.0
+ANSWER_SECONDS = 3.0
+
+
+class NotThePrimary(Exception):
+    """The listening connection's server is a standby now (it was demoted)."""
 
 
 class Subscription:
@@ -62,10 +81,12 @@ class Notifier:
         channels: Iterable[str],
         reconnect_delay: float = 1.0,
         on_connection_lost: Callable[[], None] | None = None,
+        check_seconds: float = CHECK_SECONDS,
     ) -> None:
         self.database_url = database_url
         self.channels = tuple(channels)
         self.reconnect_delay = reconnect_delay
+        self.check_seconds = check_seconds
         # The listener is the first to see Postgres go: its connection is
         # always waiting on the server. The pool's idle connections broke
         # with it, unnoticed until used; this tells the pool.
@@ -112,16 +133,22 @@ class Notifier:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.database_url, autocommit=True
+                    self.database_url,
+                    autocommit=True,
+                    row_factory=dict_row,
+                    connect_timeout=int(ANSWER_SECONDS),
+                    **tcp_defaults(self.database_url),
                 ) as conn:
                     for channel in self.channels:
                         await conn.execute(f'LISTEN "{channel}"')
                     self._listening.set()
                     # Anything committed while we were not listening: poll now.
                     self.wake_all()
-                    async for notification in conn.notifies():
-                        for subscription in tuple(self._subscriptions[notification.channel]):
-                            subscription._notify(notification.payload)
+                    while True:
+                        async for notification in conn.notifies(timeout=self.check_seconds):
+                            for subscription in tuple(self._subscriptions[notification.channel]):
+                                subscription._notify(notification.payload)
+                        await self._check(conn)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # the connection broke: reconnect, waiters poll
@@ -131,3 +158,11 @@ class Notifier:
             self._listening.clear()
             self.wake_all()
             await asyncio.sleep(self.reconnect_delay)
+
+    @staticmethod
+    async def _check(conn: psycopg.AsyncConnection) -> None:
+        """Raise if the server does not answer in time, or answers as a standby."""
+        with severed_after(conn, ANSWER_SECONDS):
+            row = await fetch_one(conn, "listener_check")
+        if row is not None and row["in_recovery"]:
+            raise NotThePrimary("its server is a standby now")

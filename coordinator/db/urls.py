@@ -1,36 +1,56 @@
-"""Database URLs: users give libpq URLs; SQLAlchemy (Alembic) wants its dialect prefix."""
+"""Database URLs: users give libpq URLs; SQLAlchemy (Alembic) wants its dialect prefix.
+
+A URL may name several servers, in either form libpq takes: hosts and ports
+in the authority (`postgresql://u:p@h1:5432,h2:5432/db?target_session_attrs=
+read-write`, the form HA guides give) or as lists in the query
+(`?host=h1,h2&port=5432,5432`). psycopg, psql and ADBC read both; SQLAlchemy's
+URL parser rejects the first (it wants one port), so for SQLAlchemy the hosts
+move into the query, which its psycopg dialect hands to libpq unchanged.
+"""
 
 from __future__ import annotations
 
 import re
+from urllib.parse import quote, urlencode
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from coordinator.config import POSTGRESQL_URL
+from coordinator.domain.database_urls import AUTHORITY_PASSWORD
+from coordinator.domain.database_urls import redact as redact
 
-# The user and the password of a URL's authority: `://user:password@`.
-_PASSWORD = re.compile(r"://([^:/@?#]*):([^@/?#]*)@")
+# An authority that names several hosts: a comma before the path or query.
+_HOST_LIST = re.compile(r"^[a-z+]+://[^/?#]*,")
 
 
 def libpq_url(url: str) -> str:
     """The URL psycopg and psql understand (no SQLAlchemy driver suffix, no empty password)."""
     url = POSTGRESQL_URL.sub("postgresql://", url, count=1)
     # pgserver's URLs say `postgres:@`: an empty password is no password.
-    return _PASSWORD.sub(lambda m: m.group(0) if m.group(2) else f"://{m.group(1)}@", url)
+    return AUTHORITY_PASSWORD.sub(lambda m: m.group(0) if m.group(2) else f"://{m.group(1)}@", url)
 
 
 def sqlalchemy_url(url: str) -> str:
-    """The same server for SQLAlchemy, always through psycopg 3."""
+    """The same server(s) for SQLAlchemy, always through psycopg 3."""
     if not POSTGRESQL_URL.match(url):
         raise ValueError(f"not a PostgreSQL URL: {redact(url)}")
+    if _HOST_LIST.match(url):
+        return "postgresql+psycopg://" + _hosts_in_query(libpq_url(url))
     return POSTGRESQL_URL.sub("postgresql+psycopg://", url, count=1)
 
 
-def redact(url: str) -> str:
-    """The URL with its password hidden, for logs and error messages; no password, no mask."""
-    return _PASSWORD.sub(
-        lambda m: f"://{m.group(1)}:***@" if m.group(2) else f"://{m.group(1)}@", url
-    )
+def _hosts_in_query(url: str) -> str:
+    """`user:password@/dbname?host=h1,h2&port=p1,p2&...`: what follows the scheme."""
+    params = {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    user, password = params.pop("user", None), params.pop("password", None)
+    dbname = params.pop("dbname", "")
+    if not params.get("port", "x").strip(","):
+        del params["port"]  # every host on the default port
+    auth = ""
+    if user is not None:
+        auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
+    query = urlencode(params, safe=",/:[]")
+    return f"{auth}/{quote(dbname, safe='')}" + (f"?{query}" if query else "")
 
 
 def psql_arguments(url: str) -> tuple[list[str], dict[str, str]]:

@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 # How often a round walks every resolved message past its retention again,
 # for those a delivery, a dead letter or a lock held when it last passed.
 RESCAN_SECONDS = 60.0
+# A round holds one connection for all its batches: longer than a request may,
+# and still bounded, so a round on a frozen server ends and the next one finds
+# the new primary.
+ROUND_DEADLINE_SECONDS = 120.0
 # At most one "lost unacked messages" line per group this often.
 LOST_LOG_SECONDS = 60.0
 
@@ -66,7 +70,8 @@ class Retention:
         result = RetentionResult()
         groups = self._received_groups()
         try:
-            async with self._context.pool.connection() as conn:
+            pool = self._context.pool
+            async with pool.connection(deadline=max(pool.deadline, ROUND_DEADLINE_SECONDS)) as conn:
                 at = await rounds.clock(conn, now)
                 result.started_at = at
                 # Lost if this fails (the database is away): a few seconds of

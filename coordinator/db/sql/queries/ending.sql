@@ -16,6 +16,9 @@
 -- concurrent batches cannot deadlock. Returns, per request in order, the row
 -- as it was before, the new state if this statement changed it, and the
 -- message's age (its prepare-to-resolution time when it changed).
+-- A repeat changes no row but still locks it, and a row lock writes WAL: so
+-- with a synchronous standby a repeat, too, is answered only once the standby
+-- has everything up to here, the first attempt's local-only commit included.
 WITH request AS (
     SELECT *
     FROM unnest(

@@ -13,6 +13,34 @@ SET plan_cache_mode = force_custom_plan;
 -- snapshot say so themselves (overview_snapshot).
 SET default_transaction_isolation = 'read committed';
 
+-- name: pin_synchronous_commit
+-- The level the settings give (synchronous_commit, default on): with a
+-- synchronous standby, a commit is acknowledged once the standby has it,
+-- whatever the role's or the database's default. A function, since SET
+-- takes no parameters.
+SELECT set_config('synchronous_commit', %(level)s::text, false);
+
+-- name: confirm_durable
+-- A transaction that writes WAL (a transactional logical-decoding message,
+-- which no table keeps) and so, with synchronous_commit on, waits at its
+-- commit until the synchronous standby has all WAL up to here: every earlier
+-- commit included. An answer given from rows this session did not write (a
+-- repeat) runs it first, since those rows may have been committed locally
+-- only (a synchronous wait that was cancelled).
+SELECT pg_logical_emit_message(true, 'coordinator', '');
+
+-- name: lock_migrations
+-- Nodes started together on one database take turns to migrate: each waits
+-- here, inside its migration transaction, before Alembic reads the current
+-- revision, so the second finds the first's work done instead of creating the
+-- same tables again. Released at that transaction's end.
+SELECT pg_advisory_xact_lock(hashtextextended('coordinator migrations', 7));
+
+-- name: listener_check
+-- The notifier's listening connection: is its server still there, and still
+-- the primary (NOTIFY is sent on the primary only)?
+SELECT pg_is_in_recovery() AS in_recovery;
+
 -- name: ping
 -- /health: the database answers.
 SELECT 1;
