@@ -11,10 +11,11 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import psutil
 import psycopg
 from psycopg import sql
 
@@ -53,6 +54,22 @@ class OwnPostgres:
         from pgserver._commands import pg_ctl
 
         pg_ctl(args, pgdata=self.data_dir / "pgdata", user=self._server.system_user, timeout=60)  # type: ignore[attr-defined]
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Every process of the server stopped (SIGSTOP) for the block, as a hung
+        machine: connections stay open, nothing answers. Thawed however the block ends."""
+        postmaster = int((self.data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
+        parent = psutil.Process(postmaster)
+        processes = [parent, *parent.children(recursive=True)]
+        for process in processes:
+            process.suspend()
+        try:
+            yield
+        finally:
+            for process in processes:
+                with suppress(psutil.NoSuchProcess):
+                    process.resume()
 
     def close(self) -> None:
         # Stops the server if it runs (pgserver skips one that is stopped).

@@ -61,5 +61,8 @@ def psql_arguments(url: str) -> tuple[list[str], dict[str, str]]:
     """
     params = conninfo_to_dict(libpq_url(url))
     password = params.pop("password", None)
+    # Only the order in which one session tries the hosts, and unknown to the
+    # libpq of psql before 16 (a Debian 12 psql refuses the whole URL for it).
+    params.pop("load_balance_hosts", None)
     environment = {"PGPASSWORD": str(password)} if password else {}
     return ["--dbname", make_conninfo(**params)], environment

@@ -34,10 +34,12 @@ IDLE_TOPIC = "idle"  # nothing is ever sent to it: a receive on it only waits
 PRODUCERS = "order-service"
 CONSUMERS = "billing"
 POOL_TIMEOUT = 2.0
-# A request waits for a connection at most POOL_TIMEOUT, and may queue behind
-# one group-commit batch that is itself waiting: twice that, plus slack for a
-# loaded machine. Before the fix a request waited 30 s and got a plain 500.
-ANSWER_BOUND = 2 * POOL_TIMEOUT + 5.0
+DEADLINE = 3.0
+# A request, its wait in a group-commit queue included, is answered within
+# database_deadline_seconds; plus slack for a loaded machine. Before the
+# deadline a request could queue behind batches each waiting POOL_TIMEOUT,
+# and answers came after 10 to 13 s.
+ANSWER_BOUND = DEADLINE + 3.0
 # After Postgres is back, a request must succeed within this long. The pool's
 # exponential reconnection backoff kept requests failing 7-8 s after a 20 s
 # outage; slack for a loaded machine included.
@@ -265,6 +267,7 @@ def test_postgres_stopped_under_load_gets_503s_then_recovers_and_loses_nothing(
     settings = Settings(
         database_url=None,
         pool_timeout_seconds=POOL_TIMEOUT,
+        database_deadline_seconds=DEADLINE,
         transaction_timeout_seconds=3,
         check_interval_seconds=1,
         check_scan_interval_seconds=0.5,
@@ -446,3 +449,49 @@ def _accepts_connections(url: str) -> bool:
     except psycopg.OperationalError:
         return False
     return True
+
+
+FROZEN_SECONDS = 10.0
+
+
+def test_a_frozen_postgres_is_answered_503_at_the_deadline_then_served_again_once_it_thaws(
+    postgres: OwnPostgres,
+) -> None:
+    """SIGSTOP, as a hung machine or a partition: nothing refuses, nothing answers.
+
+    Before the deadline a request on a connection to the frozen server waited
+    for as long as the server was frozen.
+    """
+    url = postgres.migrated_database("frozen")
+    settings = Settings(
+        database_url=None,
+        pool_timeout_seconds=POOL_TIMEOUT,
+        database_deadline_seconds=DEADLINE,
+        check_scheduler_enabled=False,
+    )
+    with LiveServer(url, settings) as server:
+        load = _running_load(server.url, producers=4)
+        try:
+            _wait_for(lambda: _oks_since(load.record, 0) >= 30, 60, "the load got going")
+            frozen_at = time.monotonic()
+            with postgres.frozen():
+                time.sleep(FROZEN_SECONDS)
+            thawed_at = time.monotonic()
+            _wait_for(
+                lambda: _oks_since(load.record, thawed_at) > 0, 30, "a request succeeded again"
+            )
+            load.stop_producers()
+        finally:
+            load.stop()
+    record = load.record
+    during = [a for a in record.answers if frozen_at <= a.sent_at < thawed_at - ANSWER_BOUND]
+    assert during, "no request was sent while the server was frozen"
+    failures = [a for a in during if not a.ok]
+    assert failures, "the frozen server answered"
+    assert {(a.status, a.error) for a in failures} == {(503, "database_unavailable")}, failures[:5]
+    slowest = max(record.answers, key=lambda a: a.answered_at - a.sent_at)
+    assert slowest.answered_at - slowest.sent_at <= ANSWER_BOUND, slowest
+    stored = _stored(url)
+    assert record.prepared <= set(stored), "a half message answered 2xx was lost"
+    for message_id, resolution in record.ended.items():
+        assert stored[message_id][0] == _STATE[resolution], message_id
