@@ -10,12 +10,14 @@ member, each running pgserver's PostgreSQL 16. Everything listens on
 
 Postgres refuses to run as root, so Patroni (and the postgres it starts)
 runs as the unprivileged system user `pgserver`, the one pgserver itself
-uses; etcd runs as the caller. Every process carries an environment mark of
-its cluster (Patroni passes its environment on to postgres), and when the
-block ends, however it ends, Patroni is stopped (SIGTERM: it stops its
-postgres), then any postmaster left, then etcd, and whatever is left that
-carries the mark or works in the cluster's directory is killed. Every wait
-is bounded and fails with the tail of the logs.
+uses; etcd runs as the caller. etcd, Patroni and each postmaster carry an
+environment mark of their cluster (Patroni passes its environment on to
+postgres; postgres's other processes overwrite theirs with their titles,
+but work in the data directory), and when the block ends, however it
+ends, Patroni is stopped (SIGTERM: it stops its postgres), then any
+postmaster left, then etcd, and whatever is left that carries the mark or
+works in the cluster's directory is killed. Every wait is bounded and fails
+with the tail of the logs.
 
 Clients: `url()` names every member with target_session_attrs=read-write
 (libpq finds the primary). Give clients a `connect_timeout`: a frozen member
@@ -29,16 +31,55 @@ stopped: commits wait in SyncRep) and `cancel_sync_waits`. `start_member`
 brings a stopped member back; `wait_healthy` waits until the cluster is
 whole again, between scenarios.
 
-Why maximum_lag_on_failover is huge: a member may promote itself only when
+Why maximum_lag_on_failover is huge: a member promotes itself only when
 its WAL position is within that many bytes of the position the leader last
 wrote to etcd (every loop_wait). In strict synchronous mode only the
 synchronous standby may be promoted, and it has received every commit that
-was acknowledged, so whatever it lacks was never acknowledged: typically
-commits whose synchronous wait was cancelled (they commit locally, the
-client only gets a WARNING) or that still hang in SyncRep. Such a gap must
-not stop the failover. [filled in below with what was measured]
+was acknowledged, so what it lacks was never acknowledged: commits whose
+synchronous wait was cancelled (committed locally, the client got success
+and a WARNING) or that still waited in SyncRep. Such a gap must not stop the
+failover. Seen here, replication held, one commit's wait cancelled, then
+the primary killed: with maximum_lag_on_failover 0 (a 184-byte gap) and
+with Patroni's default 1 MiB (a cancelled 20000-row insert, a 9 MB gap) the
+standby logs "My wal position exceeds maximum replication lag" every loop
+and the cluster stays without a leader for good; with 2**40 it is promoted
+as after any other kill, without the cancelled rows, and the old primary
+rejoins with pg_rewind, which removes them there too.
 
-Measured here (2 cores, idle machine): [filled in below]
+What Patroni (3.0.2) does, and how long it takes here (2 cores shared with
+other test sessions; kills of the primary, times from the fault):
+- Bootstrap to a database on a cluster with a synchronous standby: 10-14 s
+  (21 s once, under a load average of 12). One member wins the race to
+  initdb, the others copy it with pg_basebackup.
+- kill_node: the sync standby holds the leader key after 9-10 s (the
+  leader key's ttl, 10 s, plus up to a loop) and commits writes after
+  9-11 s. The old member, started again, rejoins (pg_rewind when its WAL
+  went further than the new primary's) in 4-7 s.
+- kill_postmaster: no failover. Patroni keeps the leader key, runs crash
+  recovery in single-user mode, starts postgres as a standby and promotes
+  it again (a new timeline): the same member commits again after 3-4 s,
+  the standbys follow its new timeline within 3 s more.
+- kill_patroni: the leader key expires, the sync standby is promoted
+  (10 s), while the old postgres still runs as a primary accepting
+  connections: a multi-host URL with target_session_attrs=read-write may
+  well pick it (it is first in the list), and a commit there hangs in
+  SyncRep, since no standby follows it any more. start_member: the new
+  Patroni finds the running postgres, sees another leader, demotes it at
+  once (immediate shutdown: the hanging client sees its connection close),
+  rewinds it and follows the new primary: healthy after 8-12 s.
+- freeze (20 s here): the sync standby is promoted after 10-12 s. After
+  thaw, the old postgres is still a writable primary until its Patroni's
+  next loop (0.5-2.5 s: commits there hang in SyncRep); Patroni then finds
+  its leader key gone ("Demoting self (immediate-nolock)"), restarts it as
+  a standby of the new leader (a standby 2-3 s after thaw) and rewinds it
+  if it diverged: healthy 7-9 s after thaw. The new leader keeps its key
+  (with the v2 etcd API; see REFERENCE on Patroni 3.0.2's etcd3).
+- hold_replication: commits wait in SyncRep (wait_event 'SyncRep') until
+  release_replication; cancel_sync_waits makes them commit locally with a
+  WARNING. Then kill_node: promoted after 9-11 s without those commits.
+- Stopping: 6-7 s (11 s under load): Patroni stops postgres gracefully, and
+  the synchronous standby waits up to 2 * loop_wait for the leader to
+  release it first.
 """
 
 from __future__ import annotations
@@ -341,7 +382,8 @@ class PatroniCluster:
         """Until every member runs, a synchronous standby streams, nobody lags and writes commit.
 
         Returns the primary. Every member must be running: start the ones
-        that were stopped first (start_member, thaw).
+        that were stopped first (start_member, thaw). Call it with no load
+        running: "no lag" compares positions Patroni samples every loop_wait.
         """
         stopped = sorted(self._down | set(self._frozen))
         if stopped:
@@ -424,10 +466,11 @@ class PatroniCluster:
         query: str,
         params: Sequence[Any] = (),
         *,
-        dbname: str = "postgres",
+        dbname: str | None = None,
         timeout: float = QUERY_SECONDS,
     ) -> list[tuple[Any, ...]]:
-        """Run `query` (autocommit) on this member; its rows. Bounded by `timeout`.
+        """Run `query` (autocommit) on this member, in `dbname` (default: the cluster's
+        database); its rows. Bounded by `timeout`.
 
         Neither statement_timeout nor a cancel can bound a commit's
         synchronous wait without committing it locally, and nothing bounds a
@@ -438,7 +481,7 @@ class PatroniCluster:
             cursor = conn.execute(query, params)
             return cursor.fetchall() if cursor.description else []
 
-    def _connect(self, member: Member, dbname: str) -> psycopg.Connection[Any]:
+    def _connect(self, member: Member, dbname: str | None) -> psycopg.Connection[Any]:
         # libpq's smallest connect_timeout: a server that does not answer in
         # that long (a frozen one) is not worth waiting for.
         return psycopg.connect(
@@ -563,6 +606,7 @@ class PatroniCluster:
         rows = self.execute(
             member,
             "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+            dbname="postgres",
         )
         return sum(1 for (cancelled,) in rows if cancelled)
 
@@ -648,7 +692,10 @@ class PatroniCluster:
 
     def _create_database(self, primary: Member) -> None:
         exists = self.execute(
-            primary, "SELECT 1 FROM pg_database WHERE datname = %s", [self.database]
+            primary,
+            "SELECT 1 FROM pg_database WHERE datname = %s",
+            [self.database],
+            dbname="postgres",
         )
         if not exists:
             statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database))
