@@ -100,7 +100,7 @@ def judge(evidence: Evidence) -> Verdict:
     )
     stuck = frozenset(m for m, s in evidence.coordinator_states.items() if s == "prepared")
     groups = tuple(
-        _judge_group(name, group, evidence.committed_locally)
+        judge_group(name, group, evidence.committed_locally)
         for name, group in sorted(evidence.groups.items())
     )
     verdict = Verdict(
@@ -114,7 +114,8 @@ def judge(evidence: Evidence) -> Verdict:
     return replace(verdict, problems=tuple(_problems(verdict)))
 
 
-def _judge_group(name: str, group: GroupEvidence, committed: frozenset[str]) -> GroupVerdict:
+def judge_group(name: str, group: GroupEvidence, committed: frozenset[str]) -> GroupVerdict:
+    """One group's deliveries judged against the messages that were committed."""
     delivered = frozenset(d.message_id for d in group.deliveries)
     return GroupVerdict(
         group=name,

@@ -32,6 +32,7 @@ from tests.checkback_helpers import check_settings
 from tests.grpc_door import (
     OK,
     GrpcDoor,
+    ack_request,
     code,
     consumer_settings,
     end_request,
@@ -237,13 +238,7 @@ def test_a_receive_subscribes_filters_by_tag_and_acks(
     assert system.receipt_handle
     assert system.tag == "TagA"
 
-    ack = s.AckMessageRequest(
-        group=resource(GROUP),
-        topic=resource(TOPIC),
-        entries=[
-            s.AckMessageEntry(message_id=system.message_id, receipt_handle=system.receipt_handle)
-        ],
-    )
+    ack = ack_request(GROUP, TOPIC, got)
     assert door.call("AckMessage", ack).status.code == OK
     again = door.call("AckMessage", ack)
     assert again.status.code == code("NOT_FOUND")
