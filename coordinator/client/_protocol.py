@@ -37,6 +37,9 @@ class Call:
     params: dict[str, Any] | None = None
     idempotent: bool = True  # safe to resend after a connection error or a 5xx
     timeout: float | None = None  # overrides the client's (long polls)
+    # A 404 to a resend says an earlier attempt did the work and its answer
+    # was lost (an ack: the delivery is gone), so the call succeeded.
+    done_if_gone_on_resend: bool = False
 
 
 def request_args(call: Call) -> dict[str, Any]:
@@ -343,8 +346,12 @@ def received(answer: dict[str, Any]) -> list[ReceivedMessage]:
 
 
 def ack_call(consumer_group: str, receipt_handle: str) -> Call:
+    # An acked delivery is deleted: acking it again is 404 not_found.
     return Call(
-        "POST", f"{_group_path(consumer_group)}/ack", json={"receipt_handle": receipt_handle}
+        "POST",
+        f"{_group_path(consumer_group)}/ack",
+        json={"receipt_handle": receipt_handle},
+        done_if_gone_on_resend=True,
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from coordinator.client._protocol import Call, request_args
-from coordinator.client.errors import CoordinatorUnavailable
+from coordinator.client.errors import CoordinatorUnavailable, NotFound
 
 # Long enough to ride out a PostgreSQL failover: with Patroni's defaults (ttl
 # 30, loop_wait 10) the new primary takes writes 25-30 s after the old one
@@ -112,6 +112,10 @@ class Attempts:
         if time.monotonic() + delay >= self._deadline:
             raise self.give_up(error, f"retry_seconds={self._retry_seconds:g} spent") from error
         return delay
+
+    def done_before(self, error: Exception) -> bool:
+        """Whether `error`, the answer to a resend, says an earlier attempt did the work."""
+        return self.call.done_if_gone_on_resend and self.sent > 1 and isinstance(error, NotFound)
 
     def give_up(self, error: Exception, why: str) -> CoordinatorUnavailable:
         if self.sent <= 1:

@@ -14,6 +14,7 @@ import httpx
 
 from coordinator.client._protocol import Call, read_response
 from coordinator.client._retry import RETRYABLE, Attempts, RetryPolicy
+from coordinator.client.errors import NotFound
 
 H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 
@@ -58,6 +59,10 @@ class SyncTransport(_Transport[httpx.Client]):
             except RETRYABLE as error:
                 if self._stopped.wait(attempts.delay_after(error)):
                     raise attempts.give_up(error, STOPPED) from error
+            except NotFound as error:
+                if not attempts.done_before(error):
+                    raise
+                return {}
 
     def stop_retrying(self) -> None:
         """Calls waiting to be sent again give up now, and later calls are sent once.
@@ -87,6 +92,10 @@ class AsyncTransport(_Transport[httpx.AsyncClient]):
             except RETRYABLE as error:
                 if await self._wait(attempts.delay_after(error)):
                     raise attempts.give_up(error, STOPPED) from error
+            except NotFound as error:
+                if not attempts.done_before(error):
+                    raise
+                return {}
 
     async def _wait(self, seconds: float) -> bool:
         """Sleep `seconds`; True if retrying stopped meanwhile."""

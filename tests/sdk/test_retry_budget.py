@@ -38,6 +38,7 @@ from coordinator.client import (
     Message,
     NotFound,
     RateLimited,
+    ReceivedMessage,
     RetryPolicy,
     SimpleConsumer,
     TransactionListener,
@@ -73,6 +74,8 @@ class Outage:
     def __init__(self, upstream: str | None = None) -> None:
         self.upstream = upstream
         self.answer: Callable[[Request], Answer | None] = lambda _: None
+        # Passed on, but answered 503 as if the connection broke after COMMIT.
+        self.lose_answer: Callable[[Request], bool] = lambda _: False
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         outage = self
@@ -83,7 +86,11 @@ class Outage:
                 request = Request(time.monotonic(), self.command, self.path.split("?")[0])
                 with outage._lock:
                     outage.requests.append(request)
-                answer = outage.answer(request) or outage._passed_on(self, body)
+                answer = outage.answer(request)
+                if answer is None:
+                    answer = outage._passed_on(self, body)
+                    if outage.lose_answer(request):
+                        answer = (503, DATABASE_UNAVAILABLE[1], {})
                 status, content, headers = answer
                 raw = json.dumps(content).encode()
                 self.send_response(status)
@@ -300,6 +307,40 @@ def test_a_receive_is_not_sent_again(outage: Outage) -> None:
             consumer.receive()
 
     assert len(outage.sent("POST", "/v1/consumer-groups/audit/receive")) == 1
+
+
+def test_an_ack_whose_answer_was_lost_is_done_when_its_resend_finds_it_gone(
+    outage: Outage, server: LiveServer, db: psycopg.Connection
+) -> None:
+    with SimpleConsumer("audit", {TOPIC: "*"}, outage.url) as consumer:
+        with TransactionProducer(GROUP, Committing(), server.url) as producer:
+            for n in (1, 2):
+                producer.send(Message(TOPIC, f"order {n}"))
+        received: list[ReceivedMessage] = []
+        for _ in range(20):
+            received += consumer.receive(wait_seconds=1)
+            if len(received) == 2:
+                break
+        first, second = received
+
+        lost: list[Request] = []
+
+        def lose_the_first_ack(request: Request) -> bool:
+            if request.path.endswith("/ack") and not lost:
+                lost.append(request)
+                return True
+            return False
+
+        outage.lose_answer = lose_the_first_ack
+        consumer.ack(first)  # acked, answered 503, resent: 404 not_found
+        assert len(lost) == 1
+
+        with pytest.raises(NotFound):  # a first attempt's 404 is still an error
+            consumer.ack(first)
+        consumer.ack(second)
+
+    assert len(outage.sent("POST", "/v1/consumer-groups/audit/ack")) == 4
+    assert db.execute("SELECT count(*) FROM deliveries").fetchone() == (0,)
 
 
 def test_shutdown_does_not_wait_out_the_budget(outage: Outage) -> None:
