@@ -41,7 +41,7 @@ from coordinator.client import (
 
 # Enough to ride out a node restart; an end that still fails is left to
 # check-back, which is part of what the soak exercises.
-RETRY = RetryPolicy(attempts=6, initial_delay=0.1, max_delay=1.0)
+RETRY = RetryPolicy(retry_seconds=3.0, initial_delay=0.1, max_delay=1.0)
 RESTART_EVERY_SECONDS = 2.0  # how often a producer whose node was down tries again
 AVOID_FAILED_NODE_SECONDS = 3.0
 

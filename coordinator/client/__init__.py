@@ -4,7 +4,7 @@ Importing it starts nothing and needs none of the server's machinery (only
 httpx; the barrier and inbox helpers import psycopg or SQLAlchemy when used).
 """
 
-from coordinator.client._protocol import RetryPolicy
+from coordinator.client._retry import RetryPolicy
 from coordinator.client.barrier import (
     AsyncBarrierTransactionListener,
     Barrier,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from coordinator.client._protocol import RetryPolicy
+from coordinator.client._retry import RetryPolicy
 from coordinator.client._transport import AsyncTransport, SyncTransport
 from coordinator.client.errors import CoordinatorClientError
 
@@ -50,6 +50,11 @@ class Connected(Generic[T]):
         transport, self._transport = self._transport, None
         assert transport is not None
         return transport
+
+    def _stop_retrying(self) -> None:
+        """At shutdown: calls waiting to be sent again give up (see SyncTransport.stop_retrying)."""
+        if self._transport is not None:
+            self._transport.stop_retrying()
 
     def _own_transport(self) -> T:
         """A transport for one call made before start() (the caller closes it)."""

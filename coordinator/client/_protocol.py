@@ -1,19 +1,19 @@
-"""The HTTP protocol, without I/O: which call to make, how to read the answer
-and whether to send it again.
+"""The HTTP protocol, without I/O: which call to make and how to read the answer.
 
-The sync and asyncio clients share everything here and differ only in how
-they perform a `Call` and wait between attempts.
+The sync and asyncio clients share everything here (and in `_retry`, whether
+to send a call again) and differ only in how they perform a `Call` and wait
+between attempts.
 """
 
 from __future__ import annotations
 
 import base64
-import random
+import math
 import secrets
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -35,48 +35,11 @@ class Call:
     path: str
     json: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
-    idempotent: bool = True  # safe to resend after a connection error
+    idempotent: bool = True  # safe to resend after a connection error or a 5xx
     timeout: float | None = None  # overrides the client's (long polls)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Capped exponential backoff with jitter for connection errors and 5xx."""
-
-    attempts: int = 5
-    initial_delay: float = 0.1
-    max_delay: float = 2.0
-
-    def delays(self) -> Iterator[float]:
-        delay = self.initial_delay
-        for _ in range(self.attempts - 1):
-            yield delay * random.uniform(0.5, 1.0)
-            delay = min(delay * 2, self.max_delay)
-
-
-# Errors after which resending an idempotent call is safe and useful.
-RETRYABLE = (httpx.TransportError, CoordinatorUnavailable)
-
-
-class Attempts:
-    """The retry decisions for one call: how long to wait before sending it again."""
-
-    def __init__(self, call: Call, policy: RetryPolicy) -> None:
-        self.call = call
-        self._delays = policy.delays() if call.idempotent else iter(())
-
-    def delay_after(self, error: Exception) -> float:
-        """The wait before the next attempt, or the error to raise when none is left."""
-        delay = next(self._delays, None)
-        if delay is None:
-            raise unavailable(self.call, error) from error
-        return delay
-
-
-def unavailable(call: Call, error: Exception) -> CoordinatorUnavailable:
-    if isinstance(error, CoordinatorUnavailable):
-        return error
-    return CoordinatorUnavailable(f"{call.method} {call.path} failed: {error!r}")
+    # A 404 to a resend says an earlier attempt did the work and its answer
+    # was lost (an ack: the delivery is gone), so the call succeeded.
+    done_if_gone_on_resend: bool = False
 
 
 def request_args(call: Call) -> dict[str, Any]:
@@ -232,11 +195,30 @@ def received_from_json(data: dict[str, Any]) -> ReceivedMessage:
     )
 
 
+def retry_after(response: httpx.Response) -> float | None:
+    """The answer's Retry-After in seconds (given as seconds or as a date), if any."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            at = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if at.tzinfo is None:  # an HTTP date is in GMT
+            at = at.replace(tzinfo=UTC)
+        seconds = (at - datetime.now(UTC)).total_seconds()
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
 def read_response(response: httpx.Response) -> dict[str, Any]:
     """The JSON answer, or the typed error for a 4xx. 5xx raises CoordinatorUnavailable."""
     if response.status_code >= 500:
         raise CoordinatorUnavailable(
-            f"the coordinator answered {response.status_code}: {response.text[:200]}"
+            f"the coordinator answered {response.status_code}: {response.text[:200]}",
+            retry_after=retry_after(response),
         )
     try:
         body = response.json() if response.content else {}
@@ -364,8 +346,12 @@ def received(answer: dict[str, Any]) -> list[ReceivedMessage]:
 
 
 def ack_call(consumer_group: str, receipt_handle: str) -> Call:
+    # An acked delivery is deleted: acking it again is 404 not_found.
     return Call(
-        "POST", f"{_group_path(consumer_group)}/ack", json={"receipt_handle": receipt_handle}
+        "POST",
+        f"{_group_path(consumer_group)}/ack",
+        json={"receipt_handle": receipt_handle},
+        done_if_gone_on_resend=True,
     )
 
 

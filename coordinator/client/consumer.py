@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from coordinator.client import _base as base
 from coordinator.client import _protocol as protocol
-from coordinator.client._protocol import RetryPolicy
+from coordinator.client._retry import RetryPolicy
 from coordinator.client._transport import AsyncTransport, SyncTransport
 from coordinator.client.filters import Filter, Sql92
 from coordinator.client.message import ReceivedMessage
@@ -183,6 +183,7 @@ class SimpleConsumer(_Consumer[SyncTransport], base.SyncLifecycle):
 
     def shutdown(self) -> None:
         if self._transport is not None:
+            self._stop_retrying()
             self._transport.close()
             self._transport = None
 
@@ -225,6 +226,7 @@ class AsyncSimpleConsumer(_Consumer[AsyncTransport], base.AsyncLifecycle):
 
     async def shutdown(self) -> None:
         if self._transport is not None:
+            self._stop_retrying()
             await self._transport.close()
             self._transport = None
 
@@ -344,6 +346,9 @@ class PushConsumer(_PushConsumer[SimpleConsumer, MessageListener], base.SyncLife
         if self._loop is None:
             return
         self._stopping.set()
+        # Settling messages gives up instead of waiting out an outage: an
+        # unsettled message comes back after its invisible duration.
+        self.consumer._stop_retrying()
         self._loop.join()
         self._loop = None
         if self._pool is not None:
@@ -420,6 +425,7 @@ class AsyncPushConsumer(
     async def shutdown(self) -> None:
         if self._loop is None:
             return
+        self.consumer._stop_retrying()  # as PushConsumer.shutdown
         self._loop.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._loop

@@ -8,7 +8,14 @@ class CoordinatorClientError(Exception):
 
 
 class CoordinatorUnavailable(CoordinatorClientError):
-    """The coordinator could not be reached (after retries) or answered 5xx."""
+    """The coordinator could not be reached (after retries) or answered 5xx.
+
+    `retry_after` is the seconds the last answer's Retry-After asked for, if it gave one.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class CoordinatorRequestError(CoordinatorClientError):

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypedDict, TypeVar, Unpack
 from coordinator.client import _base as base
 from coordinator.client import _protocol as protocol
 from coordinator.client._base import DEFAULT_ENDPOINT
-from coordinator.client._protocol import RetryPolicy
+from coordinator.client._retry import RetryPolicy
 from coordinator.client._transport import AsyncTransport, SyncTransport
 from coordinator.client.barrier import DEFAULT_TABLE as DEFAULT_BARRIER_TABLE
 from coordinator.client.listener import AsyncTransactionListener, TransactionListener
@@ -150,6 +150,7 @@ class TransactionProducer(_Producer[SyncTransport, TransactionListener], base.Sy
         if self._transport is None:
             return
         self._stopping.set()
+        self._stop_retrying()
         for thread in self._threads:
             thread.join(timeout=self.check_wait_seconds + self.timeout)
         self._threads.clear()
@@ -289,6 +290,7 @@ class AsyncTransactionProducer(
     async def shutdown(self) -> None:
         if self._transport is None:
             return
+        self._stop_retrying()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

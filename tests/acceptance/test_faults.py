@@ -860,7 +860,7 @@ def test_the_sdk_retries_a_lost_commit_answer_into_one_message_and_one_resolutio
                 CommitInTrap(trap),
                 server.url,
                 instance_id="sdk",
-                retry=RetryPolicy(attempts=10, initial_delay=0.5, max_delay=2.0),
+                retry=RetryPolicy(initial_delay=0.5, max_delay=2.0),
             )
             async with producer:
                 await asyncio.to_thread(trap.arm)

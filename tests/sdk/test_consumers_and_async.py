@@ -128,7 +128,7 @@ class AsyncScripted(AsyncTransactionListener):
 
 def test_a_consumer_start_that_failed_is_tried_again_by_the_next_start() -> None:
     consumer = SimpleConsumer(
-        "audit", {"orders": "*"}, "http://127.0.0.1:9", retry=RetryPolicy(attempts=1)
+        "audit", {"orders": "*"}, "http://127.0.0.1:9", retry=RetryPolicy(retry_seconds=0)
     )
     for _ in range(2):
         with pytest.raises(CoordinatorUnavailable):
@@ -137,7 +137,7 @@ def test_a_consumer_start_that_failed_is_tried_again_by_the_next_start() -> None
 
 @pytest.mark.anyio
 async def test_async_starts_that_failed_are_tried_again_by_the_next_start() -> None:
-    nowhere, once = "http://127.0.0.1:9", RetryPolicy(attempts=1)
+    nowhere, once = "http://127.0.0.1:9", RetryPolicy(retry_seconds=0)
     listener = AsyncScripted(execute=COMMIT, check=COMMIT)
     clients = [
         AsyncTransactionProducer(GROUP, listener, nowhere, retry=once),

@@ -355,7 +355,7 @@ def test_a_failed_ack_brings_the_message_back_and_it_is_skipped_then_acked(
     db: psycopg.Connection,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    no_retry = RetryPolicy(attempts=1)
+    no_retry = RetryPolicy(retry_seconds=0)
     first = LiveServer(database_url, fast_settings).__enter__()
     consumer = SimpleConsumer(GROUP, SUBSCRIPTIONS, first.url, wait_seconds=2, retry=no_retry)
     try:

@@ -108,7 +108,7 @@ def test_an_unreachable_coordinator_is_a_typed_error_after_retries() -> None:
         GROUP,
         ScriptedListener(),
         "http://127.0.0.1:9",  # discard port: nothing listens
-        retry=RetryPolicy(attempts=2, initial_delay=0.01),
+        retry=RetryPolicy(retry_seconds=0.5, initial_delay=0.01),
         timeout=1,
     )
     with pytest.raises(CoordinatorUnavailable):
@@ -120,7 +120,7 @@ def test_a_start_that_failed_is_tried_again_by_the_next_start() -> None:
     from coordinator.client import RetryPolicy
 
     producer = TransactionProducer(
-        GROUP, ScriptedListener(), "http://127.0.0.1:9", retry=RetryPolicy(attempts=1)
+        GROUP, ScriptedListener(), "http://127.0.0.1:9", retry=RetryPolicy(retry_seconds=0)
     )
     for _ in range(2):
         with pytest.raises(CoordinatorUnavailable):
