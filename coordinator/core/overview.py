@@ -24,6 +24,7 @@ from psycopg import AsyncConnection
 
 from coordinator.core.configs import OverviewConfig
 from coordinator.core.context import CoreContext
+from coordinator.db.pool import CoordinatorPool
 from coordinator.db.queries import execute, fetch_all, fetch_one
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.overview import (
@@ -62,15 +63,24 @@ def _no_round() -> RetentionResult | None:
 
 
 class OverviewReader:
-    """Reads overviews; keeps the complete minutes' resolutions between reads."""
+    """Reads overviews; keeps the complete minutes' resolutions between reads.
+
+    `reads` is the pool the figures are read from: one on a standby
+    (read_database_url) when given, else the context's. Every statement of
+    an overview is a plain read, in a REPEATABLE READ, READ ONLY transaction,
+    which a hot standby serves.
+    """
 
     def __init__(
         self,
         context: CoreContext,
         config: OverviewConfig,
         last_round: Callable[[], RetentionResult | None] = _no_round,
+        *,
+        reads: CoordinatorPool | None = None,
     ) -> None:
         self._context = context
+        self._pool = reads if reads is not None else context.pool
         self._config = config
         self._last_round = last_round  # this process's last retention round, if any
         self._complete_minutes: dict[datetime, MinuteCounts] = {}
@@ -81,7 +91,7 @@ class OverviewReader:
         is false (/metrics has them from the retention rounds)."""
         if not 0 <= minutes <= MAX_MINUTES:
             raise InvalidMessage(f"minutes must be between 0 and {MAX_MINUTES}, got {minutes}")
-        pool = self._context.pool
+        pool = self._pool
         deadline = max(pool.deadline, READ_DEADLINE_SECONDS)
         async with pool.connection(deadline=deadline) as conn, conn.transaction():
             await execute(conn, "overview_snapshot")
