@@ -8,9 +8,10 @@ only where the primary is read.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -72,6 +73,11 @@ def test_report_and_audit_read_the_standby_and_archive_deletes_on_the_primary(
     in_process = _pipeline(primary, "report", "-o", str(tmp_path / "r1"), read=standby)
     assert in_process.exit_code == 0, in_process.output
     assert "4 half messages" in in_process.output and "in this process" in in_process.output
+    # Hours are closed as of what the standby holds: its last replayed commit, not its clock.
+    with psycopg.connect(standby) as conn:
+        (replayed,) = conn.execute("SELECT pg_last_xact_replay_timestamp()").fetchone()  # type: ignore[misc]
+    manifest = json.loads((tmp_path / "r1" / "_state" / "state.json").read_text())
+    assert datetime.fromisoformat(manifest["checked_at"]) == replayed
 
     on_spark = _pipeline(
         primary, "report", "-o", str(tmp_path / "r2"), "--master", "local[1]", read=standby
