@@ -32,6 +32,8 @@ MIB = 1024 * 1024
 ENV_PREFIX = "COORDINATOR_"
 # What libpq and SQLAlchemy both read as a PostgreSQL server (Alembic needs a URL).
 POSTGRESQL_URL = re.compile(r"^(postgres|postgresql)(\+\w+)?://")
+# The settings that are database URLs: shown anywhere only with their password hidden.
+DATABASE_URLS = ("database_url", "read_database_url")
 
 
 def env_name(field: str) -> str:
@@ -78,6 +80,12 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None,
         description="libpq URL of a PostgreSQL server. Unset: start the embedded server.",
+    )
+    read_database_url: str | None = Field(
+        default=None,
+        description="libpq URL the overview (status page, /v1/overview, /metrics' database "
+        "gauges, `coordinator status`) and the pipeline's report and audit read from: a "
+        "standby, typically with target_session_attrs=prefer-standby. Unset: database_url.",
     )
     data_dir: Path = Field(
         default=Path(".coordinator"),
@@ -424,7 +432,7 @@ class Settings(BaseSettings):
         description="How often a server rereads the tokens without being notified of a change.",
     )
 
-    @field_validator("database_url")
+    @field_validator("database_url", "read_database_url")
     @classmethod
     def _postgresql_url(cls, url: str | None) -> str | None:
         if not url:  # an empty variable means unset, as libpq reads it
@@ -497,7 +505,7 @@ class Settings(BaseSettings):
 
 def _shown(field: str, value: Any) -> Any:
     """A wrong value as an error message may show it: never a password."""
-    if field == "database_url" and isinstance(value, str):
+    if field in DATABASE_URLS and isinstance(value, str):
         return redact(value)
     if field in ("check_push_secret", "check_source_key"):
         return "***"

@@ -28,7 +28,7 @@ app = typer.Typer(
     name="coordinator",
     cls=CoordinatorGroup,
     help="Transactional messages (RocketMQ semantics) with all state in PostgreSQL. "
-    "--database-url, --data-dir and --config may also follow the command.",
+    "--database-url, --read-database-url, --data-dir and --config may also follow the command.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # Help texts say "[default: ...]" literally; do not read them as markup.
@@ -48,6 +48,14 @@ def main_options(
         help="PostgreSQL URL [env: COORDINATOR_DATABASE_URL]. Unset: the embedded server "
         "under --data-dir.",
     ),
+    read_database_url: str | None = typer.Option(
+        None,
+        "--read-database-url",
+        metavar="URL",
+        help="PostgreSQL URL the status figures and the pipeline's report and audit read "
+        "from, typically a standby [env: COORDINATOR_READ_DATABASE_URL]. Unset: the database "
+        "above.",
+    ),
     data_dir: Path | None = typer.Option(
         None,
         "--data-dir",
@@ -66,12 +74,13 @@ def main_options(
         False, "--verbose", "-v", help="Log more, and say which database is used."
     ),
 ) -> None:
-    # --database-url, --data-dir and --config may also come after the command
+    # --database-url, --read-database-url, --data-dir and --config may also come after the command
     # (global_options.py); settings are read when the command needs them.
     logs.configure(verbose=verbose)
     state = cli_state(ctx)
     state["verbose"], state["config_file"] = verbose, config
     remember_global_flag(ctx, "database_url", database_url)
+    remember_global_flag(ctx, "read_database_url", read_database_url)
     remember_global_flag(ctx, "data_dir", data_dir)
 
 

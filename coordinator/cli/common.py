@@ -41,7 +41,11 @@ EXIT_UNAVAILABLE = 5
 EXIT_CANNOT_LISTEN = 6
 
 # The options of `coordinator` itself that are settings, by the flag users write.
-GLOBAL_FLAGS = {"database_url": "--database-url", "data_dir": "--data-dir"}
+GLOBAL_FLAGS = {
+    "database_url": "--database-url",
+    "read_database_url": "--read-database-url",
+    "data_dir": "--data-dir",
+}
 
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of a table.")
 

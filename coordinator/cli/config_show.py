@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from coordinator.cli.common import JSON_OPTION, console, loaded_settings, print_json
 from coordinator.cli.sources import LoadedSettings
 from coordinator.cli.tables import Column, print_table
-from coordinator.config import Settings
+from coordinator.config import DATABASE_URLS, Settings
 from coordinator.db.urls import redact
 
 app = typer.Typer(help="The effective configuration.", no_args_is_help=True)
@@ -23,7 +23,8 @@ HIDDEN = "***"
 def show(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """Every setting's value and where it came from: default, file, environment or flag.
 
-    Secrets are hidden (the password of database_url, check_push_secret).
+    Secrets are hidden (the passwords of database_url and read_database_url,
+    check_push_secret).
     """
     loaded = loaded_settings(ctx)
     if as_json:
@@ -64,7 +65,7 @@ def _values(settings: Settings) -> list[tuple[str, Any]]:
 def _shown(name: str, value: Any) -> Any:
     if isinstance(value, SecretStr):
         return HIDDEN
-    if name == "database_url" and value:
+    if name in DATABASE_URLS and value:
         return redact(value)
     return value
 

@@ -14,7 +14,7 @@ from typing import Any
 from typer.core import TyperGroup
 
 # The options of `coordinator` that take a value and may follow the command.
-HOISTED = ("--database-url", "--data-dir", "--config")
+HOISTED = ("--database-url", "--read-database-url", "--data-dir", "--config")
 
 
 class CoordinatorGroup(TyperGroup):

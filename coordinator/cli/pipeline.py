@@ -15,6 +15,8 @@ Exit codes a scheduler can act on, each failure one sentence on stderr:
   7  archive: the Parquet copy did not verify; nothing was deleted, rerun copies again
   8  the database's schema is not at this coordinator's revision: the jobs
      never migrate (nor create) a database, `coordinator db upgrade` does
+
+The databases each job works on: pipeline_databases.py.
 """
 
 from __future__ import annotations
@@ -25,9 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import typer
-from psycopg.conninfo import conninfo_to_dict
 from rich.console import Console
 from rich.table import Table
 
@@ -36,21 +36,19 @@ from coordinator.cli.common import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     console,
-    database_errors,
-    database_url,
     err_console,
     fail,
     make_settings,
     settings_from,
 )
+from coordinator.cli.pipeline_databases import current_database, producer_url_of, read_database
 from coordinator.cli.tables import Column, print_table
-from coordinator.db.urls import libpq_url, redact
+from coordinator.db.urls import redact
 from coordinator.pipeline import jobs
 from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
 from coordinator.pipeline.display import display_value
 from coordinator.pipeline.durations import parse_duration, parse_moment
 from coordinator.pipeline.jobs import Engine, SparkOptions
-from coordinator.pipeline.revision import require_current_revision
 from coordinator.pipeline.runner import JobError, Outcome, parsed, require_extra
 from coordinator.pipeline.session import MASTER_ENV
 
@@ -110,29 +108,6 @@ def _job_errors() -> Iterator[None]:
         raise fail(str(error), EXIT_CODES[error.outcome]) from None
 
 
-def _current_database(ctx: typer.Context) -> str:
-    """The command's database, as it is: refused unless its schema is at this code's revision."""
-    url = database_url(ctx)  # neither migrates nor creates an embedded database
-    settings = settings_from(ctx)
-    with database_errors(settings):
-        require_current_revision(url, settings)
-    return url
-
-
-def _producer_url(given: str | None, default: str) -> str:
-    """--producer-database-url as psycopg takes it; a string libpq cannot parse is bad usage."""
-    if given is None:
-        return default
-    url = libpq_url(given)
-    try:
-        conninfo_to_dict(url)
-    except psycopg.ProgrammingError as error:
-        raise JobError(
-            f"--producer-database-url is not a PostgreSQL URL: {redact(str(error))}", Outcome.usage
-        ) from None
-    return url
-
-
 def _out() -> Console:
     # A scheduler's log is no terminal: print tables whole instead of
     # squeezing them into 80 columns.
@@ -185,7 +160,7 @@ def report(
         with_spark = jobs.report_uses_spark(engine, spark)
         require_extra()
         result = jobs.report(
-            _current_database(ctx),
+            read_database(ctx, current_database(ctx)),
             output=output,
             archive_dir=archive_dir,
             as_of=moment,
@@ -274,7 +249,7 @@ def archive(
         # The directory `serve` is told about (archive first) unless given here.
         archive_dir = archive_dir or settings_from(ctx).archive_dir or Path("archive")
         runs = jobs.archive(
-            _current_database(ctx),
+            current_database(ctx),
             archive_dir=archive_dir,
             older_than=age,
             batch_size=batch_size,
@@ -355,8 +330,8 @@ def audit(
         moment = parsed(as_of, parse_moment) if as_of else None
         parsed(match_on, parse_match_on)
         require_extra()
-        url = _current_database(ctx)
-        producer_url = _producer_url(producer_database_url, default=url)
+        url = current_database(ctx)
+        producer_url = producer_url_of(producer_database_url, default=url)
         request = jobs.AuditRequest(
             producer_url=producer_url,
             table=table,
@@ -370,7 +345,9 @@ def audit(
             as_of=moment,
         )
         spark = SparkOptions(master, tuple(conf or ()), partitions)
-        result = jobs.audit(url, request, spark=spark, progress=err_console)
+        # The messages from the read database; the producer's table, by default, from
+        # the coordinator's own, which is never behind it.
+        result = jobs.audit(read_database(ctx, url), request, spark=spark, progress=err_console)
 
     columns = ("kind", "message_offset", "transaction_id", "producer_group", "topic", "state")
     columns += ("local_outcome", "born_at")

@@ -30,6 +30,7 @@ from coordinator.config import Settings, env_name
 from coordinator.core.configs import is_loopback
 from coordinator.db.queries import execute_sync
 from coordinator.db.ready import describe_database
+from coordinator.db.urls import libpq_url, redact
 from coordinator.domain.errors import DoorFailed
 from coordinator.node.process import serve_node
 from coordinator.node.workers import serve_workers
@@ -101,6 +102,9 @@ def serve(
     with http_socket:
         url = ready_url_for(settings, create=True)
         console.print(f"database: {describe_database(settings)}", highlight=False)
+        if settings.read_database_url:
+            shown = redact(libpq_url(settings.read_database_url))
+            console.print(f"figures read from: {shown}", highlight=False, soft_wrap=True)
         with database_errors(settings):
             tokens = _live_tokens(url)
         _check_authentication(settings, tokens)

@@ -20,18 +20,28 @@ from coordinator.core.tokens import Tokens
 from coordinator.core.transactions import Transactions
 from coordinator.db.notifier import CHANNELS, Notifier
 from coordinator.db.pool import CoordinatorPool, open_pool
+from coordinator.db.urls import libpq_url
 
 # How long a starting node waits for its pool's first connections; a database
 # that cannot give pool_min_size connections within it will not serve either,
 # so the node ends with a sentence instead of waiting psycopg's 30 s.
 POOL_OPEN_SECONDS = 10.0
+# The read pool serves the overview only (a status page, `coordinator status`,
+# /metrics' scrapes): a few reads at a time.
+READ_POOL_MAX_SIZE = 4
 
 
 class Coordinator:
     def __init__(
-        self, pool: CoordinatorPool, settings: Settings, notifier: Notifier | None = None
+        self,
+        pool: CoordinatorPool,
+        settings: Settings,
+        notifier: Notifier | None = None,
+        read_pool: CoordinatorPool | None = None,
     ) -> None:
         self.pool = pool
+        # On read_database_url (a standby) when it is set: what the overview reads.
+        self.read_pool = read_pool
         self.configs = configs = ServiceConfigs.from_settings(settings)
         # Long polls (check requests, receives) wait on the notifier; without
         # one (CLI commands) they fall back to polling.
@@ -49,7 +59,7 @@ class Coordinator:
         self.retention = Retention(context, configs.retention, self.delivery.take_received_groups)
         # the figures of the status page, `coordinator status` and /metrics' gauges
         self.overview = OverviewReader(
-            context, configs.overview, lambda: self.retention.last_result
+            context, configs.overview, lambda: self.retention.last_result, reads=read_pool
         )
 
     @classmethod
@@ -60,6 +70,9 @@ class Coordinator:
         """A coordinator on an already migrated database, closed on exit.
 
         listen=True also opens the LISTEN connection that wakes long polls.
+        With settings.read_database_url, a second pool on that server serves
+        the overview's reads; everything else (writes, LISTEN, advisory locks)
+        stays on `database_url`.
         """
         settings = settings or Settings()
         pool = open_pool(
@@ -74,13 +87,20 @@ class Coordinator:
         notifier = (
             Notifier(database_url, CHANNELS, on_connection_lost=pool.suspect) if listen else None
         )
+        read_pool = _read_pool(settings)
         try:
+            if read_pool is not None:
+                # Not waited for: a standby that is away fails the overview's
+                # reads (database_unavailable) until it is back, and nothing else.
+                await read_pool.open(wait=False)
             if notifier is not None:
                 await notifier.start()
-            yield cls(pool, settings, notifier)
+            yield cls(pool, settings, notifier, read_pool)
         finally:
             if notifier is not None:
                 await notifier.stop()
+            if read_pool is not None:
+                await read_pool.close()
             await pool.close()
 
     def begin_shutdown(self) -> None:
@@ -96,3 +116,19 @@ class Coordinator:
     @property
     def stopping(self) -> bool:
         return self.context.stopping.is_set()
+
+
+def _read_pool(settings: Settings) -> CoordinatorPool | None:
+    """A pool on read_database_url, bounded like the main one; None when it is unset."""
+    if not settings.read_database_url:
+        return None
+    return open_pool(
+        libpq_url(settings.read_database_url),
+        min_size=1,
+        max_size=min(settings.pool_max_size, READ_POOL_MAX_SIZE),
+        timeout=settings.pool_timeout_seconds,
+        deadline=settings.database_deadline_seconds,
+        # It only reads: no commit waits for a standby.
+        synchronous_commit=None,
+        name="coordinator-read",
+    )

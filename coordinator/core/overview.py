@@ -24,6 +24,7 @@ from psycopg import AsyncConnection
 
 from coordinator.core.configs import OverviewConfig
 from coordinator.core.context import CoreContext
+from coordinator.db.pool import CoordinatorPool
 from coordinator.db.queries import execute, fetch_all, fetch_one
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.overview import (
@@ -51,6 +52,9 @@ MINUTE = timedelta(minutes=1)
 # A minute's resolutions are final once every transaction that started in it
 # has ended (resolved_at is the resolving transaction's start). Ends, claims
 # and operator actions are short transactions; this leaves them ample time.
+# Ended, that is, on the server read: a minute is kept once it ended SETTLE
+# before the time up to which that server holds every commit (its now() on a
+# primary, less its replication lag on a standby: data_complete_until).
 SETTLE = timedelta(seconds=15)
 # Reading every figure in one snapshot may take longer than a request's
 # deadline on large tables; still bounded, for a frozen server.
@@ -62,15 +66,24 @@ def _no_round() -> RetentionResult | None:
 
 
 class OverviewReader:
-    """Reads overviews; keeps the complete minutes' resolutions between reads."""
+    """Reads overviews; keeps the complete minutes' resolutions between reads.
+
+    `reads` is the pool the figures are read from: one on a standby
+    (read_database_url) when given, else the context's. Every statement of
+    an overview is a plain read, in a REPEATABLE READ, READ ONLY transaction,
+    which a hot standby serves.
+    """
 
     def __init__(
         self,
         context: CoreContext,
         config: OverviewConfig,
         last_round: Callable[[], RetentionResult | None] = _no_round,
+        *,
+        reads: CoordinatorPool | None = None,
     ) -> None:
         self._context = context
+        self._pool = reads if reads is not None else context.pool
         self._config = config
         self._last_round = last_round  # this process's last retention round, if any
         self._complete_minutes: dict[datetime, MinuteCounts] = {}
@@ -81,28 +94,33 @@ class OverviewReader:
         is false (/metrics has them from the retention rounds)."""
         if not 0 <= minutes <= MAX_MINUTES:
             raise InvalidMessage(f"minutes must be between 0 and {MAX_MINUTES}, got {minutes}")
-        pool = self._context.pool
+        pool = self._pool
         deadline = max(pool.deadline, READ_DEADLINE_SECONDS)
-        async with pool.connection(deadline=deadline) as conn, conn.transaction():
-            await execute(conn, "overview_snapshot")
-            clock = await fetch_one(conn, "overview_clock")
-            assert clock is not None
-            now: datetime = clock["now"]
-            pending_rows = await fetch_all(
-                conn, "pending_by_age", {"bounds": list(AGE_BOUNDS_SECONDS)}
-            )
-            oldest = await fetch_all(conn, "oldest_half_messages", {"limit": OLDEST_LISTED})
-            per_minute = await self._minutes(conn, now, minutes)
-            checks = await fetch_all(
-                conn, "check_requests_by_group", {"recent_seconds": RECENT_CHECK_SECONDS}
-            )
-            producers = await fetch_all(
-                conn,
-                "producer_counts",
-                {"producer_ttl_seconds": self._config.producer_ttl_seconds},
-            )
-            consumers = await fetch_all(conn, "consumer_figures", {"limit": COUNT_LIMIT})
-            stored = await self._storage(conn, now) if storage else None
+        async with pool.connection(deadline=deadline) as conn:
+            # Asked before the snapshot is taken, so the snapshot holds at least
+            # every commit up to this moment (a standby replays on meanwhile).
+            complete = await fetch_one(conn, "data_complete_until")
+            assert complete is not None
+            async with conn.transaction():
+                await execute(conn, "overview_snapshot")
+                clock = await fetch_one(conn, "overview_clock")
+                assert clock is not None
+                now: datetime = clock["now"]
+                pending_rows = await fetch_all(
+                    conn, "pending_by_age", {"bounds": list(AGE_BOUNDS_SECONDS)}
+                )
+                oldest = await fetch_all(conn, "oldest_half_messages", {"limit": OLDEST_LISTED})
+                per_minute = await self._minutes(conn, now, complete["complete_until"], minutes)
+                checks = await fetch_all(
+                    conn, "check_requests_by_group", {"recent_seconds": RECENT_CHECK_SECONDS}
+                )
+                producers = await fetch_all(
+                    conn,
+                    "producer_counts",
+                    {"producer_ttl_seconds": self._config.producer_ttl_seconds},
+                )
+                consumers = await fetch_all(conn, "consumer_figures", {"limit": COUNT_LIMIT})
+                stored = await self._storage(conn, now) if storage else None
         groups = _pending_groups(pending_rows, now)
         by_bucket: dict[int, int] = defaultdict(int)
         for row in pending_rows:
@@ -143,7 +161,7 @@ class OverviewReader:
         )
 
     async def _minutes(
-        self, conn: AsyncConnection[Any], now: datetime, minutes: int
+        self, conn: AsyncConnection[Any], now: datetime, complete_until: datetime, minutes: int
     ) -> tuple[MinuteCounts, ...]:
         if minutes == 0:
             return ()
@@ -156,7 +174,9 @@ class OverviewReader:
             rows = await fetch_all(conn, "resolutions_per_minute", {"since": missing[0]})
             read = _minute_counts(rows, missing)
         for minute, counts in read.items():
-            if minute + MINUTE + SETTLE <= now:
+            # Not `now`: a standby's clock runs on while it has not replayed
+            # the last commits, and a minute kept short would stay short.
+            if minute + MINUTE + SETTLE <= complete_until:
                 self._complete_minutes[minute] = counts
         # Keep no more than the longest window can show.
         for minute in [m for m in self._complete_minutes if m < current - MAX_MINUTES * MINUTE]:

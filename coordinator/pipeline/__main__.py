@@ -1,6 +1,7 @@
 """The pipeline without the `coordinator` wrapper, for Spark tooling.
 
-    python -m coordinator.pipeline [--database-url URL] report|archive|audit [OPTIONS]
+    python -m coordinator.pipeline [--database-url URL] [--read-database-url URL]
+        report|archive|audit [OPTIONS]
 
     entry=$(python -c 'import coordinator.pipeline.__main__ as m; print(m.__file__)')
     spark-submit --master spark://host:7077 "$entry" report --output /shared/report

@@ -15,8 +15,8 @@ batches are then cast to the Arrow schema of the Spark schema asked for.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -87,41 +87,70 @@ def describe(conn: psycopg.Connection[Any], query: str) -> list[tuple[str, int]]
     return [(column.name, column.type_code) for column in cursor.description or []]
 
 
-# One ADBC "database" per URL and Python worker process, reused by the tasks
-# the worker runs: creating one loads PostgreSQL's type catalogue (queries over
-# pg_type and pg_attribute on a connection of its own, ~0.1 s), and it keeps
-# no connection open between reads. Only built-in types reach ADBC (see
-# column_expression), so a catalogue loaded before a later CREATE TYPE is
-# still right.
-# The report's in-process engine reads from several threads at once: they
-# share the database (ADBC's databases hand out connections from any thread).
-_DATABASES: OrderedDict[str, Any] = OrderedDict()
-_DATABASES_KEPT = 8
-_DATABASES_LOCK = threading.Lock()
+# ADBC objects allow serialized access from several threads, never concurrent
+# access (adbc.h), and adbc-driver-postgresql's database shows why: it counts
+# its open connections in a plain integer that opening and closing a
+# connection change, with the GIL released (PostgresDatabase::Connect and
+# Disconnect). Two threads opening or closing connections of one database at
+# once lose an update, and a later close fails with "[libpq] Open connection
+# count underflowed" (or the database cannot be released). So a database
+# serves one connection at a time: a read takes an idle database of its URL,
+# or makes one, and gives it back once its connection is closed. Threads
+# reading at once (the report's in-process engine) each hold their own.
+# Making a database loads PostgreSQL's type catalogue (queries on a connection
+# of its own, ~0.1 s), so idle ones are kept for later reads (a Python worker
+# runs many Spark tasks); they hold no connection. Only built-in types reach
+# ADBC (see column_expression), so a catalogue loaded before a later CREATE
+# TYPE is still right.
+_IDLE_KEPT = 32
+_idle: list[tuple[str, Any]] = []  # (url, database), the most recently used last
+_idle_lock = threading.Lock()
 
 
-def _database(url: str) -> Any:
-    with _DATABASES_LOCK:
-        database = _DATABASES.pop(url, None)
-        if database is None:
-            database = adbc_driver_postgresql.connect(url)
-        _DATABASES[url] = database  # the most recently used last
-        while len(_DATABASES) > _DATABASES_KEPT:
-            _DATABASES.popitem(last=False)[1].close()
-        return database
+def _take_database(url: str) -> Any:
+    """An idle database of `url`, now this caller's alone, or a new one."""
+    with _idle_lock:
+        for index in range(len(_idle) - 1, -1, -1):
+            if _idle[index][0] == url:
+                return _idle.pop(index)[1]
+    return adbc_driver_postgresql.connect(url)  # outside the lock: it connects
 
 
-def _forget(url: str) -> None:
-    with _DATABASES_LOCK:
-        _DATABASES.pop(url, None)
+def _give_back(url: str, database: Any) -> None:
+    """A database whose connection is closed, idle again; the oldest beyond the kept ones close."""
+    with _idle_lock:
+        _idle.append((url, database))
+        surplus = [entry for _, entry in _idle[: max(0, len(_idle) - _IDLE_KEPT)]]
+        del _idle[: len(surplus)]
+    for database in surplus:
+        _discard(database)
 
 
-def _connect(url: str) -> Any:
-    """An ADBC connection whose transactions are read-only."""
+def _discard(database: Any) -> None:
+    """A database after a failure: released if it can be, never used again."""
+    with contextlib.suppress(Exception):
+        database.close()
+
+
+def close_idle_databases() -> None:
+    """Release every idle database (the driver refuses one that still counts a connection)."""
+    with _idle_lock:
+        idle = [database for _, database in _idle]
+        _idle.clear()
+    for database in idle:
+        database.close()
+
+
+def _open(url: str) -> tuple[Any, Any]:
+    """A database of this caller's own and a connection of it whose transactions are read-only."""
+    database = None
     try:
-        conn = adbc_driver_manager.AdbcConnection(_database(url))
+        database = _take_database(url)
+        conn = adbc_driver_manager.AdbcConnection(database)
     except adbc_driver_manager.Error:
-        _forget(url)
+        if database is not None:
+            # Its server may be another one now (a failover): make a new one next time.
+            _discard(database)
         _raise_if_unreachable(url)
         raise
     try:
@@ -129,9 +158,19 @@ def _connect(url: str) -> Any:
             statement.set_sql_query("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
             statement.execute_update()
     except BaseException:
-        conn.close()
+        _close(url, database, conn)
         raise
-    return conn
+    return database, conn
+
+
+def _close(url: str, database: Any, conn: Any) -> None:
+    """Close the connection, then give its database back (it is another's from then on)."""
+    try:
+        conn.close()
+    except BaseException:
+        _discard(database)
+        raise
+    _give_back(url, database)
 
 
 def _raise_if_unreachable(url: str) -> None:
@@ -154,7 +193,7 @@ def read_batches(
     url: str, statement: str, target: pa.Schema, max_rows: int
 ) -> Iterator[pa.RecordBatch]:
     """The statement's rows as batches of at most max_rows rows, in the target schema."""
-    conn = _connect(url)
+    database, conn = _open(url)
     try:
         with adbc_driver_manager.AdbcStatement(conn) as query:
             query.set_sql_query(statement)
@@ -168,4 +207,4 @@ def read_batches(
         _raise_if_unreachable(url)
         raise
     finally:
-        conn.close()
+        _close(url, database, conn)

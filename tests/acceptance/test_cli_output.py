@@ -141,7 +141,10 @@ def test_config_show_says_where_each_value_came_from(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = tmp_path / "coordinator.toml"
-    config.write_text('check_max = 3\nport = 9000\ncheck_push_secret = "hush"\n')
+    config.write_text(
+        'check_max = 3\nport = 9000\ncheck_push_secret = "hush"\n'
+        'read_database_url = "postgresql://reader:r3ad@s1:5432,p1:5432/c"\n'
+    )
     monkeypatch.setenv("COORDINATOR_PORT", "9100")
     monkeypatch.delenv("COORDINATOR_DATABASE_URL", raising=False)
     url = "postgresql://app:s3cret@db/coordinator"
@@ -157,8 +160,14 @@ def test_config_show_says_where_each_value_came_from(
     assert rows["port"] == ["9100", "environment", "COORDINATOR_PORT"]
     assert rows["database_url"] == ["postgresql://app:***@db/coordinator", "flag", "--database-url"]
     assert rows["check_push_secret"] == ["***", "file", str(config)]
+    assert rows["read_database_url"] == [
+        "postgresql://reader:***@s1:5432,p1:5432/c",
+        "file",
+        str(config),
+    ]
     assert rows["retention_hours"] == ["72.0", "default"]
     assert "hush" not in result.stdout and "s3cret" not in result.stdout
+    assert "r3ad" not in result.stdout
 
     shown = json.loads(
         runner.invoke(app, ["--config", str(config), "config", "show", "--json"]).stdout
@@ -167,6 +176,7 @@ def test_config_show_says_where_each_value_came_from(
     assert shown["settings"]["check_max"] == {"value": 3, "source": "file", "from": str(config)}
     assert shown["settings"]["port"]["source"] == "environment"
     assert shown["settings"]["check_push_secret"]["value"] == "***"
+    assert shown["settings"]["read_database_url"]["value"].startswith("postgresql://reader:***@")
     assert shown["settings"]["host"] == {"value": "127.0.0.1", "source": "default", "from": None}
 
 

@@ -173,11 +173,15 @@ def test_serve_insecure_on_a_public_address_starts_and_warns(
 def test_serve_on_loopback_without_a_token_says_authentication_is_off(
     tmp_path: Path, database_url: str
 ) -> None:
-    with serve_process(cwd=tmp_path, global_args=["--database-url", database_url]) as server:
+    # The primary may serve the figures' reads too: what read_database_url names is said.
+    read = ["--read-database-url", database_url]
+    with serve_process(cwd=tmp_path, global_args=["--database-url", database_url, *read]) as server:
         assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+        assert httpx.get(f"{server.url}/v1/overview", timeout=10).status_code == 200
     output = _output_of(server.process)
     assert "authentication is off (no token exists): listening on loopback only" in output
     assert f"coordinator listening on {server.url} (API docs at /docs)" in output
+    assert f"figures read from: {database_url}" in output
 
 
 def _create_token(database_url: str, name: str) -> None:

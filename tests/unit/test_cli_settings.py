@@ -126,12 +126,17 @@ def test_the_data_directory_is_absolute(environment: pytest.MonkeyPatch, tmp_pat
     assert Settings(data_dir=Path("x/../y")).data_dir == tmp_path / "y"
 
 
-def test_a_database_url_must_be_a_postgresql_url_and_its_password_stays_hidden() -> None:
+@pytest.mark.parametrize("setting", ["database_url", "read_database_url"])
+def test_a_database_url_must_be_a_postgresql_url_and_its_password_stays_hidden(
+    setting: str,
+) -> None:
     with pytest.raises(SettingsError) as refused:
-        Settings.from_environment(database_url="mysql://u:secret@h/db")
+        Settings.from_environment(**{setting: "mysql://u:secret@h/db"})
     assert "not a PostgreSQL URL" in str(refused.value)
     assert "secret" not in str(refused.value)
-    assert Settings(database_url="").database_url is None
+    assert getattr(Settings(**{setting: ""}), setting) is None
+    several = "postgresql://u:secret@h1:5432,h2:5432/db?target_session_attrs=prefer-standby"
+    assert getattr(Settings(**{setting: several}), setting) == several
 
 
 def test_secrets_stay_hidden_in_errors(environment: pytest.MonkeyPatch) -> None:
@@ -163,6 +168,8 @@ HOISTED = [
     ("--config c tx show 1 --config d", "--config c --config d tx show 1"),
     ("psql -- --data-dir X", "psql -- --data-dir X"),
     ("--data-dir X status", "--data-dir X status"),
+    ("status --read-database-url R", "--read-database-url R status"),
+    ("pipeline report --read-database-url=R -o x", "--read-database-url=R pipeline report -o x"),
     ("--help", "--help"),
 ]
 

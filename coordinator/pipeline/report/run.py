@@ -104,13 +104,16 @@ class DatabaseFacts:
 
 
 def database_now(url: str) -> datetime:
+    """The database's clock as far as what it holds is complete: its now() on a primary,
+    less its replication lag on a standby (read_database_url), so that hours are closed
+    and ages counted by what the rows read say."""
     with psycopg.connect(url) as conn:
-        return execute_sync(conn, "pipeline_now").fetchone()[0]  # type: ignore[index]
+        return execute_sync(conn, "data_complete_until").fetchone()[0]  # type: ignore[index]
 
 
 def _database_facts(url: str) -> DatabaseFacts:
     with psycopg.connect(url) as conn:
-        now = execute_sync(conn, "pipeline_now").fetchone()[0]  # type: ignore[index]
+        now = execute_sync(conn, "data_complete_until").fetchone()[0]  # type: ignore[index]
         identity = execute_sync(conn, "pipeline_database_identity").fetchone()[0]  # type: ignore[index]
     return DatabaseFacts(now=now, identity=identity)
 

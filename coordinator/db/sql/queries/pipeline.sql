@@ -44,9 +44,6 @@ FROM consumer_lag;
 -- name: pipeline_relation_exists
 SELECT to_regclass(%(name)s::text) IS NOT NULL AS present;
 
--- name: pipeline_now
-SELECT now() AS now;
-
 -- name: pipeline_archive_plan
 -- A run's frozen bounds: the cutoff and the newest offset it may consider.
 SELECT now() - make_interval(secs => %(older_than_seconds)s::float8) AS cutoff,

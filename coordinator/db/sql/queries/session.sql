@@ -41,6 +41,24 @@ SELECT pg_advisory_xact_lock(hashtextextended('coordinator migrations', 7));
 -- the primary (NOTIFY is sent on the primary only)?
 SELECT pg_is_in_recovery() AS in_recovery;
 
+-- name: data_complete_until
+-- The moment up to which the server holds every commit: what a reader may
+-- take as final (the overview's complete minutes, the report's closed
+-- hours). A primary holds every commit: now(). A standby holds them up to
+-- its replication lag (now() less the lag): none while it has applied all
+-- the WAL it received and still receives; else up to the commit time of the
+-- last transaction it applied (the primary's clock, as resolved_at and
+-- born_at are). A standby no longer receiving (its primary gone) cannot know
+-- what it misses, so it counts as behind. One that applied no transaction
+-- since it started holds every commit before its last restartpoint.
+SELECT CASE
+           WHEN NOT pg_is_in_recovery() THEN now()
+           WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()
+                AND EXISTS (SELECT FROM pg_stat_wal_receiver) THEN now()
+           ELSE coalesce(pg_last_xact_replay_timestamp(),
+                         (SELECT checkpoint_time FROM pg_control_checkpoint()))
+       END AS complete_until;
+
 -- name: ping
 -- /health: the database answers.
 SELECT 1;
