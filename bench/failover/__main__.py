@@ -4,6 +4,7 @@
     python -m bench.failover --scenario cut_wait     # one (repeat the flag for more)
     python -m bench.failover --source ../old-tree --url-form query
                                                      # the coordinator of another checkout
+    python -m bench.failover --through haproxy       # the coordinator's URL names HAProxy
     python -m bench.failover --sync-cost             # throughput with and without the standby
     python -m bench.failover --json                  # the figures for scripts
 
@@ -30,6 +31,7 @@ import json
 import statistics
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +41,7 @@ from rich.table import Table
 from bench.failover.config import LoadConfig
 from bench.failover.scenarios import FAULTS, ScenarioResult, run_scenario
 from bench.ha_cluster import PatroniCluster, patroni_cluster
+from bench.ha_proxy import haproxy_in_front
 from bench.http_load import run_single
 from bench.server import coordinator_process, coordinator_server, free_port
 
@@ -51,12 +54,18 @@ def run_scenarios(
     *,
     source: Path | None = None,
     url_form: Literal["hosts", "query"] = "hosts",
+    through: Literal["url", "haproxy"] = "url",
 ) -> list[ScenarioResult]:
     """Each named scenario in turn, on one coordinator node that follows every failover."""
     grpc_port = free_port()
     results = []
-    url = cluster.url(form=url_form)
-    with coordinator_process(url, source=source, grpc_port=grpc_port) as server:
+    with ExitStack() as stack:
+        url = (
+            stack.enter_context(haproxy_in_front(cluster))
+            if through == "haproxy"
+            else cluster.url(form=url_form)
+        )
+        server = stack.enter_context(coordinator_process(url, source=source, grpc_port=grpc_port))
         for name in names:
             config = LoadConfig(
                 http_url=server.url,
@@ -155,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         default="hosts",
         help="the members in the URL's authority (h1:p1,h2:p2) or as host=/port= lists",
     )
+    parser.add_argument(
+        "--through",
+        choices=["url", "haproxy"],
+        default="url",
+        help="the coordinator reaches the members through its URL, or through HAProxy "
+        "(the recipe of docs/high-availability.md)",
+    )
     parser.add_argument("--sync-cost", action="store_true", help="measure the standby's cost")
     parser.add_argument("--sync-rounds", type=int, default=4)
     parser.add_argument("--sync-seconds", type=float, default=10.0)
@@ -172,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.scenario or not args.sync_cost:
             names = args.scenario or list(FAULTS)
-            results = run_scenarios(cluster, names, source=args.source, url_form=args.url_form)
+            results = run_scenarios(
+                cluster, names, source=args.source, url_form=args.url_form, through=args.through
+            )
             report["scenarios"] = [result_figures(result) for result in results]
     if args.json:
         print(json.dumps(report, indent=2))

@@ -128,7 +128,8 @@ def _read_pool(settings: Settings) -> CoordinatorPool | None:
         max_size=min(settings.pool_max_size, READ_POOL_MAX_SIZE),
         timeout=settings.pool_timeout_seconds,
         deadline=settings.database_deadline_seconds,
-        # It only reads: no commit waits for a standby.
+        # It only reads, a standby by choice: no commit waits for one.
         synchronous_commit=None,
+        writes=False,
         name="coordinator-read",
     )

@@ -48,10 +48,18 @@ TCP_DEFAULTS = {
 }
 
 
-def tcp_defaults(url: str) -> dict[str, str]:
-    """The TCP parameters of TCP_DEFAULTS that `url` does not set itself."""
+# For connections that write or LISTEN: whatever the URL leads to (a proxy
+# that still routes to a demoted member, a DNS name not yet switched, a
+# multi-host URL without the parameter), libpq keeps only a server that takes
+# writes, and tries the next host or fails the connection otherwise.
+WRITES_DEFAULTS = {"target_session_attrs": "read-write"}
+
+
+def connection_defaults(url: str, *, writes: bool = True) -> dict[str, str]:
+    """The parameters of TCP_DEFAULTS (and, for writes, WRITES_DEFAULTS) `url` does not set."""
     given = conninfo_to_dict(url)
-    return {name: value for name, value in TCP_DEFAULTS.items() if name not in given}
+    defaults = {**TCP_DEFAULTS, **(WRITES_DEFAULTS if writes else {})}
+    return {name: value for name, value in defaults.items() if name not in given}
 
 
 class CoordinatorConnection(AsyncConnection[DictRow]):

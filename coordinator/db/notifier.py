@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 import psycopg
 from psycopg.rows import dict_row
 
-from coordinator.db.connections import tcp_defaults
+from coordinator.db.connections import connection_defaults
 from coordinator.db.deadlines import severed_after
 from coordinator.db.queries import fetch_one
 
@@ -137,7 +137,7 @@ class Notifier:
                     autocommit=True,
                     row_factory=dict_row,
                     connect_timeout=int(ANSWER_SECONDS),
-                    **tcp_defaults(self.database_url),
+                    **connection_defaults(self.database_url),
                 ) as conn:
                     for channel in self.channels:
                         await conn.execute(f'LISTEN "{channel}"')

@@ -52,7 +52,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from coordinator.db.connections import CoordinatorConnection, tcp_defaults
+from coordinator.db.connections import CoordinatorConnection, connection_defaults
 from coordinator.db.deadlines import severed_after
 from coordinator.db.queries import execute
 from coordinator.domain.errors import DatabaseUnavailable
@@ -80,6 +80,7 @@ class CoordinatorPool(AsyncConnectionPool):
         timeout: float,
         deadline: float = 30.0,
         synchronous_commit: str | None = "on",
+        writes: bool = True,
         name: str = "coordinator",
     ):
         self._suspect_until = 0.0
@@ -99,7 +100,7 @@ class CoordinatorPool(AsyncConnectionPool):
                 # libpq's connect_timeout is whole seconds, at least 2, and
                 # bounds each host of a multi-host URL in turn.
                 "connect_timeout": max(2, math.ceil(timeout)),
-                **tcp_defaults(database_url),
+                **connection_defaults(database_url, writes=writes),
             },
             configure=self._configure,
             check=self._check_while_suspect,
@@ -123,15 +124,27 @@ class CoordinatorPool(AsyncConnectionPool):
                 assert isinstance(conn, CoordinatorConnection)
                 conn.forget_unconfirmed_commit()
                 with severed_after(conn, ends_at - monotonic()) as guard:
-                    yield conn
+                    try:
+                        yield conn
+                    except psycopg.errors.ReadOnlySqlTransaction:
+                        # A standby now (demoted under this connection): it
+                        # must not be handed out again.
+                        await conn.close()
+                        raise
                 # The block ended without an error: but a commit in it may
-                # have been confirmed only locally (see durability.py).
+                # have been confirmed only locally (see connections.py).
                 conn.raise_if_unconfirmed()
         except PoolTimeout as error:
             self.suspect()
             raise DatabaseUnavailable(
                 f"PostgreSQL gave no connection within {wait:g} s; "
                 f"it may be down, restarting or failing over. {RETRY_ADVICE}"
+            ) from error
+        except psycopg.errors.ReadOnlySqlTransaction as error:
+            self.suspect()
+            raise DatabaseUnavailable(
+                "PostgreSQL answered as a read-only standby: it is failing over, or the "
+                f"database URL led to a standby. {RETRY_ADVICE}"
             ) from error
         except psycopg.OperationalError as error:
             self.suspect()
@@ -199,6 +212,7 @@ def open_pool(
     timeout: float,
     deadline: float = 30.0,
     synchronous_commit: str | None = "on",
+    writes: bool = True,
     name: str = "coordinator",
 ) -> CoordinatorPool:
     return CoordinatorPool(
@@ -208,5 +222,6 @@ def open_pool(
         timeout=timeout,
         deadline=deadline,
         synchronous_commit=synchronous_commit,
+        writes=writes,
         name=name,
     )

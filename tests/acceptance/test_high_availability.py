@@ -19,17 +19,23 @@ restarted: it follows every failover by itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import psycopg
 import pytest
 
 from bench.failover.config import LoadConfig
 from bench.failover.scenarios import FAULTS, ScenarioResult, run_scenario
 from bench.ha_cluster import PatroniCluster, patroni_cluster
+from bench.ha_proxy import RECIPE, haproxy_in_front
 from bench.server import RunningServer, coordinator_process, free_port
 from tests.system_packages import debian_program
 
 pytestmark = pytest.mark.slow
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 DEADLINE = 5.0  # database_deadline_seconds, the default
 # What a loaded 2-core machine may add to an answer after the deadline.
@@ -85,3 +91,62 @@ def _report(result: ScenarioResult) -> None:
         f"{result.verification.prepares_acked} prepares and "
         f"{result.verification.ends_acked} ends acknowledged, {result.lost} lost"
     )
+
+
+def test_the_documented_proxy_keeps_connections_off_a_primary_whose_patroni_died(
+    cluster: PatroniCluster,
+) -> None:
+    """The recommended topology: HAProxy asking Patroni's REST API for the primary.
+
+    A primary whose Patroni died still runs and takes writes; a multi-host URL
+    may keep reaching it. Through the proxy no new connection does, and the
+    promoted standby is reached once Patroni promoted it.
+    """
+    assert RECIPE in (DOCS / "high-availability.md").read_text(), "the docs show another recipe"
+    program = debian_program("haproxy", "haproxy")
+    primary = cluster.wait_healthy()
+    with haproxy_in_front(cluster, program=program) as url:
+        assert _reached(url) == (primary.pg_port, False)
+        killed_at = time.monotonic()
+        cluster.kill_patroni(primary)
+        try:
+            off_at = _until(lambda: _reached(url) != (primary.pg_port, False), 15)
+            # It still runs and takes connections of its own: only the proxy keeps them off.
+            assert cluster.execute(primary, "SELECT pg_is_in_recovery()") == [(False,)]
+            new_at = _until(lambda: _writable_elsewhere(url, primary.pg_port), 60)
+        finally:
+            cluster.start_member(primary)
+        cluster.wait_healthy()
+    print(
+        f"through haproxy: off the old primary after {off_at - killed_at:.1f} s, "
+        f"writes on the new one after {new_at - killed_at:.1f} s"
+    )
+
+
+def _reached(url: str) -> tuple[int, bool] | None:
+    """(port, in recovery) of the server a new connection through `url` reaches; None: none."""
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            row = conn.execute("SELECT inet_server_port(), pg_is_in_recovery()").fetchone()
+    except psycopg.OperationalError:
+        return None
+    return None if row is None else (row[0], row[1])
+
+
+def _writable_elsewhere(url: str, old_port: int) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=2, autocommit=True) as conn:
+            row = conn.execute("SELECT inet_server_port()").fetchone()
+            conn.execute("CREATE TEMP TABLE proxied (n int); INSERT INTO proxied VALUES (1)")
+    except psycopg.Error:
+        return False
+    return row is not None and row[0] != old_port
+
+
+def _until(condition: Callable[[], bool], timeout: float) -> float:
+    """When `condition` first held; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout:g} s"
+        time.sleep(0.2)
+    return time.monotonic()
