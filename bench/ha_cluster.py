@@ -117,6 +117,8 @@ SCOPE = "coordinator-ha"
 # pgserver's own unprivileged user (pgserver/postgres_server.py) when run as root.
 SYSTEM_USER = "pgserver"
 SUPERUSER = "postgres"
+# util-linux's, on every Debian: runs a program under other user and group ids.
+SETPRIV = "/usr/bin/setpriv"
 REPLICATION_USER = "replicator"
 # Every process of one cluster carries this variable (its value is the
 # cluster's id), so that nothing it started can be missed when it stops.
@@ -785,21 +787,32 @@ class PatroniCluster:
     ) -> subprocess.Popen[bytes]:
         """Start a process in a session of its own (its group can be signalled), output to log."""
         environment = self._environment()
+        command = list(command)
         if user is not None:
             environment["HOME"] = str(log.parent)
             environment["USER"] = environment["LOGNAME"] = user.pw_name
+            # Not Popen's user=/group=: with those Python forks instead of
+            # vforking, and a fork in a process whose gRPC threads are busy
+            # (a load runs while a member is restarted) runs gRPC's fork
+            # handlers in the child, which crashed it. setpriv changes the
+            # ids in the new program instead.
+            command = [
+                SETPRIV,
+                f"--reuid={user.pw_uid}",
+                f"--regid={user.pw_gid}",
+                "--clear-groups",
+                "--",
+                *command,
+            ]
         with log.open("ab") as output:
             process = subprocess.Popen(
-                list(command),
+                command,
                 cwd=log.parent,
                 env=environment,
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                user=None if user is None else user.pw_uid,
-                group=None if user is None else user.pw_gid,
-                extra_groups=None if user is None else [],
             )
         self._started.append(process)
         return process

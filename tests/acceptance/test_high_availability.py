@@ -19,10 +19,12 @@ restarted: it follows every failover by itself.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
@@ -40,6 +42,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 DEADLINE = 5.0  # database_deadline_seconds, the default
 # What a loaded 2-core machine may add to an answer after the deadline.
 SLACK = 5.0
+CHECK_POLL_FALLBACK = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +57,14 @@ def cluster() -> Iterator[PatroniCluster]:
 def node(cluster: PatroniCluster) -> Iterator[tuple[RunningServer, int]]:
     grpc_port = free_port()
     with coordinator_process(
-        cluster.url(), grpc_port=grpc_port, database_deadline_seconds=DEADLINE
+        cluster.url(),
+        grpc_port=grpc_port,
+        database_deadline_seconds=DEADLINE,
+        # A check long poll is then answered early only when NOTIFY wakes
+        # it, so the last test sees the listening connection follow too.
+        check_poll_fallback_seconds=CHECK_POLL_FALLBACK,
+        transaction_timeout_seconds=1,
+        retention_interval_seconds=2,
     ) as server:
         yield server, grpc_port
 
@@ -91,6 +101,51 @@ def _report(result: ScenarioResult) -> None:
         f"{result.verification.prepares_acked} prepares and "
         f"{result.verification.ends_acked} ends acknowledged, {result.lost} lost"
     )
+
+
+def test_after_the_failovers_the_node_checks_back_wakes_long_polls_and_keeps_the_tables(
+    cluster: PatroniCluster, node: tuple[RunningServer, int]
+) -> None:
+    """The node was not restarted: its check-back job claims on the new primary, the
+    listening connection follows it (a check long poll is woken by NOTIFY, well before
+    its polling fallback), and retention rounds run there."""
+    server, _ = node
+    cluster.wait_healthy()
+    group, instance = "ha-checked", "after-failovers@1"
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        beat = http.post(f"/v1/producers/{group}/instances/{instance}/heartbeat", json={})
+        assert beat.status_code == 200, beat.text
+        started = _retention_started(http)
+        prepared = http.post(
+            "/v1/transactions",
+            json={"topic": "ha-checks", "producer_group": group, "body_text": "left open"},
+        )
+        assert prepared.status_code == 201, prepared.text
+        asked_at = time.monotonic()
+        polled = http.get(
+            f"/v1/producers/{group}/instances/{instance}/checks",
+            params={"wait_seconds": 25},
+        )
+        waited = time.monotonic() - asked_at
+        assert polled.status_code == 200, polled.text
+        (check,) = polled.json()["checks"]
+        assert check["transaction_id"] == prepared.json()["transaction_id"]
+        # Due after 1 s, claimed within a scan (1 s), and the NOTIFY wakes the poll.
+        assert waited < CHECK_POLL_FALLBACK / 2, waited
+        answered = http.post(
+            f"/v1/transactions/{check['transaction_id']}/end",
+            json={"producer_group": group, "resolution": "commit", "from_check": True},
+        )
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["state"] == "committed"
+        _until(lambda: _retention_started(http) > started, 30)
+
+
+def _retention_started(http: httpx.Client) -> float:
+    """When the node's last retention round started (unix seconds), from /metrics."""
+    text = http.get("/metrics").text
+    found = re.search(r'^coordinator_retention_last_round\{figure="started"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
 
 
 def test_the_documented_proxy_keeps_connections_off_a_primary_whose_patroni_died(
