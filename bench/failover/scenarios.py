@@ -22,8 +22,9 @@ The faults (bench/ha_cluster.py has what Patroni does after each):
   as an operator or a client's cancel would): PostgreSQL commits them
   locally, and the coordinator must not acknowledge them. Then the primary
   dies: the promoted standby never had those commits.
-- frozen_primary: the primary's whole node stops (SIGSTOP) for 30 s, as a
-  hung machine or a partition: connections stay open and nothing answers.
+- frozen_primary: the primary's whole node stops (SIGSTOP) for 20 s, as a
+  hung machine or a partition: connections stay open and nothing answers;
+  the standby is promoted meanwhile, and the old primary wakes up to it.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ from bench.ha_cluster import Member, PatroniCluster
 PATRONI_RESTART_SECONDS = 20.0
 # How long a cut synchronous wait goes on (cancelled as it comes) before the kill.
 CUT_SECONDS = 4.0
-FROZEN_SECONDS = 30.0
-WARMUP_SECONDS = 3.0  # load before the fault
-AFTER_SECONDS = 3.0  # load after producers are acknowledged again
+# Longer than a failover (the standby is promoted 10 to 12 s into the freeze),
+# so the old primary wakes up to a new leader.
+FROZEN_SECONDS = 20.0
+WARMUP_SECONDS = 2.0  # load before the fault
+AFTER_SECONDS = 2.0  # load after producers are acknowledged again
 RECOVERY_SECONDS = 120.0  # the most a scenario waits for producers to be acknowledged again
 DRAIN_SECONDS = 90.0
 

@@ -93,11 +93,14 @@ def test_the_database_commands_reach_the_database_through_a_multi_host_url(
     upgraded = _cli("--database-url", url, "db", "upgrade")
     current = _cli("--database-url", url, "db", "current", "--json")
     assert json.loads(current.stdout)["current"] == list(migrate.head_revisions())
-    shown = _cli("--database-url", url, "db", "url")
-    assert "***" in shown.stdout
-    psql = _cli("--database-url", url, "psql", "-tAc", "SELECT count(*) FROM messages")
-    assert psql.stdout.strip() == "0"
-    for output in (upgraded, current, shown, psql):
+    outputs = [upgraded, current]
+    if form == "hosts":  # the query form reaches psql the same way (psql_arguments)
+        shown = _cli("--database-url", url, "db", "url")
+        assert "***" in shown.stdout
+        psql = _cli("--database-url", url, "psql", "-tAc", "SELECT count(*) FROM messages")
+        assert psql.stdout.strip() == "0"
+        outputs += [shown, psql]
+    for output in outputs:
         assert PASSWORD not in output.stdout + output.stderr
 
 
