@@ -156,7 +156,7 @@ def test_the_soak_passes_under_faults() -> None:
     """About two minutes: Postgres, two nodes, four producers, two consumer groups, chaos."""
     started = time.monotonic()
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR_")}
-    command = [sys.executable, "-m", "bench.soak", "--seconds", "75", "--producers", "4"]
+    command = [sys.executable, "-m", "bench.soak", "--seconds", "60", "--producers", "4"]
     command += ["--nodes", "2", "--seed", "3", "--settle-seconds", "45", "--json"]
     process = subprocess.Popen(
         command,
