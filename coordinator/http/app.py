@@ -17,7 +17,7 @@ from coordinator.http.consumers import router as consumers_router
 from coordinator.http.errors import install_error_handlers
 from coordinator.http.gate import Gate
 from coordinator.http.hot_routes import HotRoutes
-from coordinator.http.routes import router
+from coordinator.http.routes import router, table
 from coordinator.http.status_page import install_status_page
 
 
@@ -41,5 +41,8 @@ def create_app(settings: Settings | None = None) -> HotRoutes:
     install_status_page(app)
     install_api_docs(app)
     return HotRoutes(
-        app, max_bytes=settings.max_request_bytes, gate=Gate.of(settings.allowed_hosts)
+        app,
+        table.routes,
+        max_bytes=settings.max_request_bytes,
+        gate=Gate.of(settings.allowed_hosts),
     )

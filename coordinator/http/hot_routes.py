@@ -9,23 +9,19 @@ per request, four times what uvicorn itself needs to read and answer one.
 Every request first passes the gate (gate.py: one Authorization header, a
 Host this server answers, no cross-origin browser write), here, so that the
 hot routes and FastAPI's apply it alike. HotRoutes then answers the hot
-routes directly: it authenticates the request (before
-reading the body, so a request without a valid token costs next to
-nothing), reads the body, checks that it is declared JSON (both with
-security.py, as FastAPI's routes), validates it straight from the bytes
-with the route's own pydantic model (`model_validate_json`, in
-pydantic-core), and calls the route's own endpoint function from routes.py
-with the body, the core and the principal, which makes the route's
-permission check. FastAPI still declares and
-documents these routes (OpenAPI); only the dispatch is skipped. Every
-other request goes on to the FastAPI app.
+routes directly: it authenticates the request (before reading the body, so
+a request without a valid token costs next to nothing), reads the body,
+checks that it is declared JSON (both with security.py, as FastAPI's
+routes), validates it straight from the bytes with the route's body model
+(`model_validate_json`, in pydantic-core), and calls the route's handler
+with the core, the principal (the handler makes the permission check) and
+the body. Every other request goes on to the FastAPI app.
 
-Which routes are hot is marked once, with `routes.hot` on the endpoint; the
-table is built at startup from the FastAPI app's own routes (path, methods,
-body model, path parameters), so a hot route cannot drift from the route it
-stands for. An endpoint that needs more than HotRoutes supplies (query or
-header parameters, dependencies other than the core and the principal, the
-request) is refused at startup.
+Which routes are hot, and everything about them, is the route table's
+(route_table.py): the same declaration registered the route with FastAPI,
+so a hot route cannot drift from the route it stands for, and nothing here
+reads FastAPI's internals. `Matcher` finds a request's hot route, the one
+lookup both the dispatch and the tests use.
 
 HotRoutes is the outermost app uvicorn serves, not a middleware inside
 FastAPI: FastAPI wraps even its user middleware in four layers of its own
@@ -33,29 +29,22 @@ FastAPI: FastAPI wraps even its user middleware in four layers of its own
 the server's CPU on these routes. An exception on a hot route reaches
 uvicorn, which answers 500 and logs it, as FastAPI's error layer did.
 
-Every HTTP request passes here, so here each is counted and timed by its
-route template (metrics.py) and gets its access line (logs.py): a hot route's
-template is in its table, FastAPI's router leaves the route it chose in the
-scope.
-
-Long on purpose: the table built at startup and the dispatch that reads it
-are one hot path and change together; apart, each would need the other's
-internals.
+Every HTTP request passes here, so here each is recorded, once
+(request_record.py), by its route template: a hot route's is in its
+declaration, FastAPI's router leaves the route it chose in the scope.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, TypeAdapter, ValidationError
-from starlette.convertors import StringConvertor
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import compile_path
@@ -66,19 +55,9 @@ from coordinator.core.auth import Authenticator
 from coordinator.domain.errors import CoordinatorError
 from coordinator.http.errors import core_error_response, error_response, validation_error_response
 from coordinator.http.gate import Gate, RequestHeads, request_heads
-from coordinator.http.routes import HOT_ENDPOINTS, coordinator
-from coordinator.http.security import is_json, not_json, principal
-from coordinator.logs import ACCESS, access_line
-from coordinator.metrics import HTTP_METER
-
-Endpoint = Callable[..., Awaitable[Response]]
-
-# The route label of requests no route took (404s), and of bodies refused for
-# their declared size before any route was looked at.
-UNMATCHED = "(unmatched)"
-TOO_LARGE = "(too large)"
-# ... and of requests the gate refused (gate.py) before any route was looked at.
-REFUSED = "(refused)"
+from coordinator.http.request_record import REFUSED, TOO_LARGE, UNMATCHED, record
+from coordinator.http.route_table import Route
+from coordinator.http.security import is_json, not_json
 
 
 class _ClientLeft(Exception):
@@ -86,33 +65,58 @@ class _ClientLeft(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class HotRoute:
-    path: str  # the template, as the FastAPI route declares it
-    pattern: re.Pattern[str] | None  # compiled from the template; None without parameters
-    endpoint: Endpoint
-    body_model: type[BaseModel]
-    body_param: str  # the keywords the endpoint takes the body and the core as
-    core_param: str
-    # Each path parameter's name and the pydantic-core validator of its declared
-    # type and constraints (Path(max_length=...)).
-    path_params: tuple[tuple[str, Any], ...] = ()
-    # The keyword it takes the principal as; None if it needs no permission
-    # check (the request is authenticated all the same).
-    principal_param: str | None = None
+class _MethodTable:
+    exact: dict[str, Route]  # routes without parameters, by path
+    templated: tuple[tuple[re.Pattern[str], Route], ...]  # in the table's order
 
 
-@dataclass(frozen=True, slots=True)
-class MethodTable:
-    exact: dict[str, HotRoute]  # routes without parameters, by path
-    templated: tuple[HotRoute, ...]  # in the app's order, as FastAPI tries them
+class Matcher:
+    """The hot route of a request: exact paths by dict, templates by regex only after."""
+
+    def __init__(self, routes: Iterable[Route]) -> None:
+        exact: dict[str, dict[str, Route]] = {}
+        templated: dict[str, list[tuple[re.Pattern[str], Route]]] = {}
+        for route in routes:
+            regex, _, convertors = compile_path(route.path)
+            if convertors:
+                templated.setdefault(route.method, []).append((regex, route))
+            else:
+                # FastAPI answers the first route declared for a path
+                exact.setdefault(route.method, {}).setdefault(route.path, route)
+        self._tables = {
+            method: _MethodTable(exact.get(method, {}), tuple(templated.get(method, ())))
+            for method in exact.keys() | templated.keys()
+        }
+
+    @property
+    def routes(self) -> list[Route]:
+        return [
+            route
+            for table in self._tables.values()
+            for route in (*table.exact.values(), *(route for _, route in table.templated))
+        ]
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str] | None] | None:
+        """The hot route for a request, with the raw path parameters of a templated one."""
+        table = self._tables.get(method)
+        if table is None:
+            return None
+        route = table.exact.get(path)
+        if route is not None:
+            return route, None
+        for pattern, route in table.templated:
+            if (found := pattern.match(path)) is not None:
+                return route, found.groupdict()
+        return None
 
 
 def api_routes(app: FastAPI) -> list[Any]:
     """The app's APIRoutes with their effective paths, included routers expanded.
 
     FastAPI from 0.137 keeps an included router as one node of `app.routes`,
-    which `iter_route_contexts` expands; older releases (pyproject.toml allows
-    them) list the included routes themselves.
+    which `iter_route_contexts` expands; older releases list the included
+    routes themselves. For the tests, which compare the hot routes with
+    FastAPI's dispatch.
     """
     try:
         from fastapi.routing import iter_route_contexts
@@ -125,133 +129,33 @@ def api_routes(app: FastAPI) -> list[Any]:
     ]
 
 
-# What FastAPI can hand an endpoint that HotRoutes does not.
-_UNSUPPLIED = (
-    "query_params",
-    "header_params",
-    "cookie_params",
-    "request_param_name",
-    "websocket_param_name",
-    "http_connection_param_name",
-    "response_param_name",
-    "background_tasks_param_name",
-    "security_scopes_param_name",
-)
-
-
-def hot_route(route: Any) -> HotRoute:
-    """The HotRoute for one FastAPI route, or TypeError if HotRoutes cannot
-    serve it exactly as FastAPI would."""
-    dependant = route.dependant
-
-    def refuse(why: str) -> TypeError:
-        return TypeError(
-            f"hot route {route.endpoint.__qualname__} ({route.path}): {why}; "
-            "serve it through FastAPI (drop @hot)"
-        )
-
-    for needed in _UNSUPPLIED:
-        if getattr(dependant, needed, None):
-            raise refuse(f"it takes {needed.removesuffix('_param_name').replace('_', ' ')}")
-    supplied: dict[Any, list[str]] = {coordinator: [], principal: []}
-    for dependency in dependant.dependencies:
-        if dependency.call not in supplied or not dependency.name:
-            raise refuse(
-                f"it depends on {dependency.call!r}; only the core and the principal are supplied"
-            )
-        supplied[dependency.call].append(dependency.name)
-    if len(supplied[coordinator]) != 1:
-        raise refuse("it must take the core once (Depends(routes.coordinator))")
-    if len(supplied[principal]) > 1:
-        raise refuse("it takes the principal more than once")
-    if len(dependant.body_params) != 1:
-        raise refuse("it needs exactly one body parameter")
-    body = dependant.body_params[0]
-    model = body.field_info.annotation
-    if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        raise refuse(f"its body is {model!r}, not a pydantic model")
-    if route.body_field is None or route.body_field.field_info.annotation is not model:
-        raise refuse("its body is embedded in an object")
-    regex, _, convertors = compile_path(route.path)
-    if any(not isinstance(convertor, StringConvertor) for convertor in convertors.values()):
-        raise refuse("its path has a typed parameter ({name:type})")
-    path_params = []
-    for param in dependant.path_params:
-        if param.alias != param.name or param.alias not in convertors:
-            raise refuse(f"its path parameter {param.name} is not {{{param.name}}} in the path")
-        declared = Annotated[param.field_info.annotation, param.field_info]
-        path_params.append((param.name, TypeAdapter(declared).validator))
-    return HotRoute(
-        path=route.path,
-        pattern=regex if convertors else None,
-        endpoint=route.endpoint,
-        body_model=model,
-        body_param=body.name,
-        core_param=supplied[coordinator][0],
-        path_params=tuple(path_params),
-        principal_param=supplied[principal][0] if supplied[principal] else None,
-    )
-
-
-def hot_table(app: FastAPI) -> dict[str, MethodTable]:
-    """The routes of `app` whose endpoints are marked hot, by method."""
-    exact: dict[str, dict[str, HotRoute]] = {}
-    templated: dict[str, list[HotRoute]] = {}
-    for route in api_routes(app):
-        if route.endpoint not in HOT_ENDPOINTS:
-            continue
-        served = hot_route(route)
-        for method in route.methods:
-            if served.pattern is not None:
-                templated.setdefault(method, []).append(served)
-            else:
-                # FastAPI answers the first route declared for a path
-                exact.setdefault(method, {}).setdefault(route.path, served)
-    return {
-        method: MethodTable(exact.get(method, {}), tuple(templated.get(method, ())))
-        for method in exact.keys() | templated.keys()
-    }
-
-
 def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
-def answered(scope: Scope, route: str, status: int, started: float) -> None:
-    """Count and time a request by its route template, and write its access line."""
-    seconds = perf_counter() - started
-    method = scope["method"]
-    HTTP_METER.observe((method, route, status), 2, seconds)
-    if ACCESS.isEnabledFor(logging.INFO):
-        path = scope["path"]
-        if query := scope.get("query_string"):
-            path = f"{path}?{query.decode('latin-1')}"
-        client = scope.get("client")
-        milliseconds = round(seconds * 1000, 3)
-        access_line(
-            "%s %s %d %.1f ms",
-            (method, path, status, milliseconds),
-            {
-                "method": method,
-                "path": path,
-                "route": route,
-                "status": status,
-                "duration_ms": milliseconds,
-                "client": client[0] if client else None,
-            },
-        )
+class _Outcome:
+    """What the request is recorded as: its route label (None: FastAPI's, from
+    the scope) and status (500: what uvicorn answers if the app raises)."""
+
+    __slots__ = ("route", "status")
+
+    def __init__(self) -> None:
+        self.route: str | None = None
+        self.status = 500
 
 
 class HotRoutes:
     """The served ASGI app: refuses oversized requests, answers the hot
     routes, and passes everything else to FastAPI."""
 
-    def __init__(self, app: FastAPI, max_bytes: int, gate: Gate | None = None) -> None:
+    def __init__(
+        self, app: FastAPI, routes: Iterable[Route], max_bytes: int, gate: Gate | None = None
+    ) -> None:
         self.app = app
         self.state = app.state
         self.max_bytes = max_bytes
         self.gate = gate or Gate()
-        self.table = hot_table(app)
+        self.matcher = Matcher(route for route in routes if route.hot)
 
     def attach(self, core: Coordinator, authenticator: Authenticator) -> None:
         """What the routes serve with, on `app.state` where FastAPI's routes find them too.
@@ -266,6 +170,15 @@ class HotRoutes:
             await self.app(scope, receive, send)
             return
         started = perf_counter()
+        outcome = _Outcome()
+        try:
+            await self._serve(scope, receive, send, outcome)
+        finally:
+            # FastAPI's router puts the route it chose into the scope; its path is the template.
+            route = outcome.route or getattr(scope.get("route"), "path", None) or UNMATCHED
+            record(scope, route, outcome.status, perf_counter() - started)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, outcome: _Outcome) -> None:
         heads = request_heads(scope["headers"])
         refused = self.gate.refusal(
             scope["method"],
@@ -274,57 +187,36 @@ class HotRoutes:
             heads,
             self.state.authenticator.enabled,
         )
+        response: Response | None
         if refused is not None:
+            outcome.route = REFUSED
             response = core_error_response(refused)
-            await response(scope, receive, send)
-            answered(scope, REFUSED, response.status_code, started)
+        elif (response := self._refuse_declared_size(heads.content_length)) is not None:
+            outcome.route = TOO_LARGE
+        elif (found := self.matcher.match(scope["method"], scope["path"])) is not None:
+            route, params = found
+            outcome.route = route.path
+            response = await self._answer(route, params, heads, receive)
+        else:
+            await self._forward(scope, receive, send, heads, outcome)
             return
-        refusal = self._refuse_declared_size(heads.content_length)
-        if refusal is not None:
-            await refusal(scope, receive, send)
-            answered(scope, TOO_LARGE, refusal.status_code, started)
-            return
-        table = self.table.get(scope["method"])
-        if table is not None:
-            # match(), inline: on the hot path the call would cost more than the lookup
-            path = scope["path"]
-            route = table.exact.get(path)
-            params = None
-            if route is None:
-                for candidate in table.templated:
-                    if (found := candidate.pattern.match(path)) is not None:  # type: ignore[union-attr]
-                        route, params = candidate, found.groupdict()
-                        break
-            if route is not None:
-                status = 500  # what uvicorn answers if the route raises
-                try:
-                    response = await self._answer(route, params, heads, receive)
-                    status = response.status_code
-                    await response(scope, receive, send)
-                finally:
-                    answered(scope, route.path, status, started)
-                return
+        outcome.status = response.status_code
+        await response(scope, receive, send)
+
+    async def _forward(
+        self, scope: Scope, receive: Receive, send: Send, heads: RequestHeads, outcome: _Outcome
+    ) -> None:
+        """Hand the request to FastAPI, seeing the status it answers."""
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                outcome.status = message["status"]
+            await send(message)
+
         if heads.content_length is None:
             # A chunked body declares no size: count it as FastAPI reads it.
             receive = self._size_limited(receive)
-        await self._forward(scope, receive, send, started)
-
-    async def _forward(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
-        """Hand the request to FastAPI, seeing the status it answers and the route it took."""
-        status = 500  # what uvicorn answers if the app raises before answering
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            # The router puts the route it chose into the scope; its path is the template.
-            route = getattr(scope.get("route"), "path", None)
-            answered(scope, route or UNMATCHED, status, started)
+        await self.app(scope, receive, sending)
 
     def _size_limited(self, receive: Receive) -> Receive:
         """`receive`, refusing (413) a body once it exceeds max_bytes, before reading more."""
@@ -341,20 +233,6 @@ class HotRoutes:
             return message
 
         return limited
-
-    def match(self, method: str, path: str) -> tuple[HotRoute, dict[str, str] | None] | None:
-        """The hot route for a request, with the raw path parameters of a
-        templated one: exact paths by dict, regexes only after."""
-        table = self.table.get(method)
-        if table is None:
-            return None
-        route = table.exact.get(path)
-        if route is not None:
-            return route, None
-        for route in table.templated:
-            if (found := route.pattern.match(path)) is not None:  # type: ignore[union-attr]
-                return route, found.groupdict()
-        return None
 
     def _refuse_declared_size(self, content_length: bytes | None) -> Response | None:
         """HTTP 413 for a Content-Length over max_bytes, before reading the body."""
@@ -373,7 +251,7 @@ class HotRoutes:
 
     async def _answer(
         self,
-        route: HotRoute,
+        route: Route,
         raw_params: dict[str, str] | None,
         heads: RequestHeads,
         receive: Receive,
@@ -400,7 +278,7 @@ class HotRoutes:
             return core_error_response(not_json(content_type))
         path_arguments: dict[str, Any] = {}
         if raw_params is not None:
-            for name, validator in route.path_params:
+            for name, validator in route.path_validators:
                 try:
                     path_arguments[name] = validator.validate_python(raw_params[name])
                 except ValidationError as error:
@@ -411,18 +289,14 @@ class HotRoutes:
                         ]
                     )
         try:
-            parsed = route.body_model.model_validate_json(body)
+            parsed = route.body.model_validate_json(body)
         except ValidationError as error:
             return validation_error_response(error.errors(include_url=False))
-        if route.principal_param is not None:
-            path_arguments[route.principal_param] = caller
         try:
-            return await route.endpoint(
-                **{route.body_param: parsed, route.core_param: self.state.coordinator},
-                **path_arguments,
-            )
+            result = await route.handler(self.state.coordinator, caller, parsed, **path_arguments)
         except CoordinatorError as error:
             return core_error_response(error)
+        return route.respond(result)
 
     async def _read_body(self, receive: Receive) -> bytes | None:
         """The whole request body, or None once it exceeds max_bytes.

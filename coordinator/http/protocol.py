@@ -27,7 +27,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from coordinator.metrics import HTTP_METER
+from coordinator.http.request_record import TIMED_OUT, TOO_MANY_CONNECTIONS, record
 
 # Joined writes are sent at once from this size on: a long response written
 # within one turn is not held in memory, and the real transport's flow
@@ -184,8 +184,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             # client left (http.disconnect) when the connection closes.
             assert self.request_read_timeout is not None
             self.transport.write(_request_timeout(self.request_read_timeout))
-            # Answered here, never by the app: counted here (no method, no route).
-            HTTP_METER.observe(("-", "(request timeout)", 408), 0, None)
+            # Answered here, never by the app: no method, no route.
+            record(None, TIMED_OUT, 408, None)
         self.transport.close()
 
     def _refuse(self, transport: asyncio.Transport, limit: int) -> None:
@@ -198,4 +198,4 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
                 transport.write_eof()  # the client reads the answer to its end at once
             except OSError:  # the client is gone already: nobody to tell
                 transport.close()
-        HTTP_METER.observe(("-", "(too many connections)", 429), 0, None)
+        record(None, TOO_MANY_CONNECTIONS, 429, None)

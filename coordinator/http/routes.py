@@ -1,8 +1,9 @@
 """Routes: translate HTTP to core calls and back. No SQL here.
 
-The sending and ending routes are marked `@hot`: hot_routes.HotRoutes finds
-them among the app's routes and calls these same endpoint functions with the
-validated body, the core and the principal, without FastAPI's dispatch.
+The routes with a body are declared in `table` (route_table.py): once each,
+for FastAPI and, the sending and ending ones (`hot=True`), for
+hot_routes.HotRoutes, which calls the same handlers without FastAPI's
+dispatch.
 
 Every route but /health takes the request's principal (security.principal:
 401 without a valid token) and makes the permission check that fits it
@@ -11,11 +12,9 @@ Every route but /health takes the request's principal (security.principal:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Path, Query, Response
 
 from coordinator.core import Coordinator
 from coordinator.core.transactions import recall_topic
@@ -24,10 +23,12 @@ from coordinator.domain.messages import EndRequest
 from coordinator.domain.rules import ID_MAX_LENGTH, OFFSET_MAX
 from coordinator.http.fields import GroupName, MessageId, Topic
 from coordinator.http.openapi import DocumentedRoute, described, example
+from coordinator.http.route_table import RouteTable, coordinator, created_or_found
 from coordinator.http.schemas import (
     BatchIn,
     BatchOut,
     EndBatchIn,
+    EndBatchItemOut,
     EndBatchOut,
     EndIn,
     EndResultOut,
@@ -39,9 +40,6 @@ from coordinator.http.schemas import (
     SendResultOut,
     StateCountOut,
     StatusOut,
-    end_batch_item_json,
-    end_result_json,
-    send_result_json,
 )
 from coordinator.http.security import principal
 from coordinator.views.consumers import ConsumerLagOut
@@ -60,29 +58,9 @@ NO_MESSAGE = {
 }
 
 router = APIRouter(route_class=DocumentedRoute)
+table = RouteTable(router)
 
-EndpointT = TypeVar("EndpointT", bound=Callable[..., Any])
-
-# The endpoints hot_routes.HotRoutes serves itself; the path, method and body
-# model of each are read from its FastAPI route, so there is one declaration.
-HOT_ENDPOINTS: set[Callable[..., Any]] = set()
-
-
-def hot(endpoint: EndpointT) -> EndpointT:
-    """Serve this route through hot_routes.HotRoutes (see its docstring).
-
-    The endpoint must take one pydantic body, path parameters, the core and
-    optionally the principal (Depends(security.principal)), and return a
-    Response; HotRoutes refuses at startup one that does not.
-    """
-    HOT_ENDPOINTS.add(endpoint)
-    return endpoint
-
-
-async def coordinator(request: Request) -> Coordinator:
-    # async on purpose: FastAPI runs a plain `def` dependency in a thread
-    # pool, a thread hop on every request for what is an attribute read.
-    return request.app.state.coordinator
+TRANSACTION_ID = Annotated[MessageId, Path(max_length=ID_MAX_LENGTH)]
 
 
 @router.get(
@@ -105,10 +83,14 @@ async def health(response: Response, core: Coordinator = Depends(coordinator)) -
     return HealthOut(status="unavailable", database="unreachable")
 
 
-@router.post(
+@table.route(
+    "POST",
     "/v1/transactions",
-    response_model=SendResultOut,
+    body=MessageIn,
+    answer=SendResultOut,
+    hot=True,
     status_code=201,
+    status_of=created_or_found,
     responses={
         200: {"model": SendResultOut, "description": "Idempotent retry"},
         **described(REJECTED | ID_REUSED),
@@ -116,38 +98,34 @@ async def health(response: Response, core: Coordinator = Depends(coordinator)) -
     tags=["transactions"],
     summary="Send a half (prepared) message",
 )
-@hot
-async def prepare(
-    body: MessageIn,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> JSONResponse:
+async def prepare(core: Coordinator, caller: Principal, body: MessageIn) -> Any:
     caller.require_produce(body.topic, body.producer_group)
-    result = await core.transactions.prepare(body.to_message())
-    return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
+    return await core.transactions.prepare(body.to_message())
 
 
-@router.post(
+@table.route(
+    "POST",
     "/v1/transactions/batch",
-    response_model=BatchOut,
+    body=BatchIn,
+    answer=BatchOut,
+    hot=True,
     responses=described(REJECTED | ID_REUSED),
     tags=["transactions"],
     summary="Send many half messages in one database transaction",
 )
-@hot
-async def prepare_batch(
-    body: BatchIn,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> JSONResponse:
+async def prepare_batch(core: Coordinator, caller: Principal, body: BatchIn) -> Any:
     _require_produce_all(caller, body)
     results = await core.transactions.prepare_batch([m.to_message() for m in body.messages])
-    return JSONResponse({"results": [send_result_json(r) for r in results]})
+    return {"results": results}
 
 
-@router.post(
+@table.route(
+    "POST",
     "/v1/transactions/{transaction_id}/end",
-    response_model=EndResultOut,
+    body=EndIn,
+    answer=EndResultOut,
+    hot=True,
+    path_parameters={"transaction_id": TRANSACTION_ID},
     responses=described(
         {
             404: "`not_found`: no transaction has this id (and message_id, if given)",
@@ -159,17 +137,11 @@ async def prepare_batch(
     tags=["transactions"],
     summary="Commit, roll back, or report UNKNOWN for a half message",
 )
-@hot
-async def end(
-    body: EndIn,
-    transaction_id: Annotated[MessageId, Path(max_length=ID_MAX_LENGTH)],
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> JSONResponse:
+async def end(core: Coordinator, caller: Principal, body: EndIn, transaction_id: str) -> Any:
     # The core refuses a group that is not the message's own (409), so a
     # token can end, and answer check-backs of, its own groups' messages only.
     caller.require_producer_group(body.producer_group)
-    result = await core.transactions.end(
+    return await core.transactions.end(
         EndRequest(
             transaction_id=transaction_id,
             producer_group=body.producer_group,
@@ -178,21 +150,18 @@ async def end(
             message_id=body.message_id,
         )
     )
-    return JSONResponse(end_result_json(result))
 
 
-@router.post(
+@table.route(
+    "POST",
     "/v1/transactions/end-batch",
-    response_model=EndBatchOut,
+    body=EndBatchIn,
+    answer=EndBatchOut,
+    hot=True,
     tags=["transactions"],
     summary="End many transactions in one database transaction, each with its own outcome",
 )
-@hot
-async def end_batch(
-    body: EndBatchIn,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> JSONResponse:
+async def end_batch(core: Coordinator, caller: Principal, body: EndBatchIn) -> Any:
     # All or nothing, before anything is ended: a batch naming a group the
     # token may not act for is refused whole (403), like a batch send.
     for group in dict.fromkeys(item.producer_group for item in body.requests):
@@ -208,14 +177,12 @@ async def end_batch(
         for item in body.requests
     ]
     outcomes = await core.transactions.end_batch(requests)
-    return JSONResponse(
-        {
-            "results": [
-                end_batch_item_json(request, outcome)
-                for request, outcome in zip(requests, outcomes, strict=True)
-            ]
-        }
-    )
+    return {
+        "results": [
+            EndBatchItemOut.of(request, outcome)
+            for request, outcome in zip(requests, outcomes, strict=True)
+        ]
+    }
 
 
 @router.get(
@@ -225,7 +192,7 @@ async def end_batch(
     tags=["lookup"],
 )
 async def get_by_transaction(
-    transaction_id: Annotated[MessageId, Path(max_length=ID_MAX_LENGTH)],
+    transaction_id: TRANSACTION_ID,
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> MessageOut:
@@ -233,10 +200,14 @@ async def get_by_transaction(
     return MessageOut.of(record)
 
 
-@router.post(
+@table.route(
+    "POST",
     "/v1/messages",
-    response_model=SendResultOut,
+    body=MessageIn,
+    answer=SendResultOut,
+    hot=True,
     status_code=201,
+    status_of=created_or_found,
     responses={
         200: {"model": SendResultOut, "description": "Idempotent retry"},
         **described(ID_REUSED),
@@ -244,37 +215,31 @@ async def get_by_transaction(
     tags=["messages"],
     summary="Send a normal (non-transactional) message",
 )
-@hot
-async def send(
-    body: MessageIn,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> JSONResponse:
+async def send(core: Coordinator, caller: Principal, body: MessageIn) -> Any:
     caller.require_produce(body.topic, body.producer_group)
-    result = await core.transactions.send(body.to_message())
-    return JSONResponse(send_result_json(result), status_code=201 if result.created else 200)
+    return await core.transactions.send(body.to_message())
 
 
-@router.post(
+@table.route(
+    "POST",
     "/v1/messages/batch",
-    response_model=BatchOut,
+    body=BatchIn,
+    answer=BatchOut,
+    hot=True,
     responses=described(ID_REUSED),
     tags=["messages"],
 )
-@hot
-async def send_batch(
-    body: BatchIn,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> JSONResponse:
+async def send_batch(core: Coordinator, caller: Principal, body: BatchIn) -> Any:
     _require_produce_all(caller, body)
     results = await core.transactions.send_batch([m.to_message() for m in body.messages])
-    return JSONResponse({"results": [send_result_json(r) for r in results]})
+    return {"results": results}
 
 
-@router.post(
+@table.route(
+    "POST",
     "/v1/messages/recall",
-    response_model=RecallOut,
+    body=RecallIn,
+    answer=RecallOut,
     responses=described(
         {
             403: "`permission_denied`: the token may not send to the message's topic",
@@ -286,19 +251,9 @@ async def send_batch(
     tags=["messages"],
     summary="Recall a delay or timer message before its delivery time",
 )
-async def recall(
-    body: RecallIn,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> RecallOut:
+async def recall(core: Coordinator, caller: Principal, body: RecallIn) -> Any:
     caller.require_produce(recall_topic(body.recall_handle), None)
-    result = await core.transactions.recall(body.recall_handle, topic=body.topic)
-    return RecallOut(
-        offset=result.offset,
-        message_id=result.message_id,
-        topic=result.topic,
-        changed=result.changed,
-    )
+    return await core.transactions.recall(body.recall_handle, topic=body.topic)
 
 
 @router.get(

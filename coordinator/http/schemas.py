@@ -4,9 +4,8 @@ Message bodies travel as base64 (`body_base64`); `body_text` is a UTF-8
 convenience for textual payloads. Responses carry both when the body is
 valid UTF-8.
 
-The `*_json` functions build the hot routes' answers as plain dicts, skipping
-the response models; tests/unit/test_hot_routes_contract.py holds what they
-answer to the models the routes declare.
+An answer model is read from the core's result (route_table.Route.respond:
+from its attributes), so its fields are named once, here.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from coordinator.domain.messages import (
     EndRequest,
     EndResult,
     NewMessage,
-    SendResult,
 )
 from coordinator.domain.rules import ID_MAX_LENGTH
 from coordinator.domain.states import Resolution
@@ -171,25 +169,6 @@ class SendResultOut(BaseModel):
     )
 
 
-def _stored_json(result: SendResult | EndResult) -> dict[str, object]:
-    """Which message a result is about and its state: what send and end answers share."""
-    return {
-        "offset": result.offset,
-        "message_id": result.message_id,
-        "transaction_id": result.transaction_id,
-        "state": result.state.value,
-    }
-
-
-def send_result_json(result: SendResult) -> dict[str, object]:
-    """SendResultOut as a plain dict, for the hot routes that skip re-validation."""
-    return {
-        **_stored_json(result),
-        "created": result.created,
-        "recall_handle": result.recall_handle,
-    }
-
-
 class RecallIn(RequestIn):
     recall_handle: RecallHandleField = Field(description="What the send answered with.")
     topic: Topic | None = Field(default=None, description="If given, must be the message's.")
@@ -244,25 +223,27 @@ class EndBatchItemOut(BaseModel):
     error: str | None = Field(default=None, description="The error code when ok is false.")
     message: str | None = None
 
+    @classmethod
+    def of(cls, request: EndRequest, outcome: EndResult | CoordinatorError) -> EndBatchItemOut:
+        if isinstance(outcome, CoordinatorError):
+            return cls(
+                transaction_id=request.transaction_id,
+                ok=False,
+                error=outcome.code,
+                message=outcome.message,
+            )
+        return cls(
+            transaction_id=outcome.transaction_id,
+            ok=True,
+            offset=outcome.offset,
+            message_id=outcome.message_id,
+            state=outcome.state,
+            changed=outcome.changed,
+        )
+
 
 class EndBatchOut(BaseModel):
     results: list[EndBatchItemOut]
-
-
-def end_batch_item_json(request: EndRequest, outcome: EndResult | CoordinatorError) -> dict:
-    """EndBatchItemOut as a plain dict (no per-item model on the hot path)."""
-    if isinstance(outcome, CoordinatorError):
-        return {
-            "transaction_id": request.transaction_id,
-            "ok": False,
-            "offset": None,
-            "message_id": None,
-            "state": None,
-            "changed": None,
-            "error": outcome.code,
-            "message": outcome.message,
-        }
-    return {"ok": True, **end_result_json(outcome), "error": None, "message": None}
 
 
 class EndResultOut(BaseModel):
@@ -271,11 +252,6 @@ class EndResultOut(BaseModel):
     transaction_id: str
     state: str
     changed: bool = Field(description="False for unknown and for a repeated resolution.")
-
-
-def end_result_json(result: EndResult) -> dict[str, object]:
-    """EndResultOut as a plain dict, for the hot routes that skip re-validation."""
-    return {**_stored_json(result), "changed": result.changed}
 
 
 class StateCountOut(BaseModel):

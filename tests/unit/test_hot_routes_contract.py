@@ -1,12 +1,11 @@
 """The hot routes are the FastAPI routes they stand for, and answer what those declare.
 
-HotRoutes (coordinator/http/hot_routes.py) serves the sending and ending
-routes without FastAPI's dispatch, and their endpoints build their JSON
-answers by hand (schemas.send_result_json, ...) instead of through the
-declared response models. These tests hold both to the declarations: the
-table against the app's routes and OpenAPI document, the answers (taken raw
-off a live server, built from real results) against the models the route
-declares for their status codes.
+The route table (coordinator/http/route_table.py) declares each route once;
+it registers the route with FastAPI, and HotRoutes (hot_routes.py) serves
+the hot ones without FastAPI's dispatch. These tests hold both to the
+declaration: the matcher against FastAPI's dispatch and the OpenAPI
+document, the answers (taken raw off a live server, built from real
+results) against the models the route declares for their status codes.
 """
 
 from __future__ import annotations
@@ -15,14 +14,11 @@ import asyncio
 import json
 import re
 import types
-import typing
-from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 import pytest
-from fastapi import APIRouter, Body, Depends, FastAPI, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, FastAPI, Path
 from pydantic import BaseModel
 from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
@@ -32,9 +28,9 @@ from coordinator.core.auth import Authenticator
 from coordinator.core.configs import ServiceConfigs
 from coordinator.core.context import CoreContext
 from coordinator.http import create_app, routes
-from coordinator.http.hot_routes import HotRoute, HotRoutes, api_routes
+from coordinator.http.hot_routes import HotRoutes, api_routes
+from coordinator.http.route_table import Route, RouteTable
 from coordinator.http.schemas import ErrorOut
-from coordinator.http.security import principal
 from tests.conftest import LiveServer
 from tests.factories import GROUP, TOPIC
 
@@ -47,14 +43,6 @@ EXPECTED_HOT = {"prepare", "prepare_batch", "end", "end_batch", "send", "send_ba
 def served() -> HotRoutes:
     # The app is only built here: it opens nothing (the node attaches the core).
     return create_app()
-
-
-def _hot_routes(served: HotRoutes) -> list[tuple[str, HotRoute]]:
-    return [
-        (method, route)
-        for method, table in served.table.items()
-        for route in [*table.exact.values(), *table.templated]
-    ]
 
 
 def _sample_path(template: str) -> str:
@@ -71,33 +59,32 @@ def _fastapi_route(app: FastAPI, method: str, path: str) -> Any:
 
 
 def test_the_sending_and_ending_routes_are_the_hot_ones(served: HotRoutes) -> None:
-    endpoints = {route.endpoint for _, route in _hot_routes(served)}
-    assert endpoints == routes.HOT_ENDPOINTS  # every marked endpoint is served hot
-    assert {endpoint.__name__ for endpoint in endpoints} == EXPECTED_HOT
-    assert len(_hot_routes(served)) == len(EXPECTED_HOT)
+    hot = served.matcher.routes
+    assert {route.name for route in hot} == EXPECTED_HOT
+    assert len(hot) == len(EXPECTED_HOT)
+    assert {route.name for route in routes.table.hot} == EXPECTED_HOT
 
 
-def test_each_hot_route_is_its_declared_route(served: HotRoutes) -> None:
+def test_each_declared_route_is_registered_as_declared(served: HotRoutes) -> None:
     document = served.app.openapi()["paths"]
-    for method, hot in _hot_routes(served):
-        declared = [
+    for declared in routes.table.routes:
+        registered = [
             route
             for route in api_routes(served.app)
-            if route.path == hot.path and method in route.methods
+            if route.path == declared.path and declared.method in route.methods
         ]
-        assert len(declared) == 1, (method, hot.path)
-        route = declared[0]
-        assert route.endpoint is hot.endpoint
-        # the body model is the endpoint's own annotation, as FastAPI reads it
-        annotation = typing.get_type_hints(hot.endpoint)[hot.body_param]
-        assert hot.body_model is annotation is route.body_field.field_info.annotation
-        assert [name for name, _ in hot.path_params] == [
-            param.name for param in route.dependant.path_params
-        ]
-        operation = document[hot.path][method.lower()]
+        assert len(registered) == 1, (declared.method, declared.path)
+        route = registered[0]
+        assert route.name == declared.name
+        assert route.response_model is declared.answer
+        assert route.status_code == declared.status_code
+        assert route.body_field.field_info.annotation is declared.body
+        operation = document[declared.path][declared.method.lower()]
         body_schema = operation["requestBody"]["content"]["application/json"]["schema"]
-        assert body_schema == {"$ref": f"#/components/schemas/{hot.body_model.__name__}"}
+        assert body_schema == {"$ref": f"#/components/schemas/{declared.body.__name__}"}
         assert operation["requestBody"]["required"] is True
+        parameters = [p["name"] for p in operation.get("parameters", []) if p["in"] == "path"]
+        assert parameters == [name for name, _ in declared.path_parameters]
 
 
 def _answers_itself(served: HotRoutes, method: str, path: str) -> bool:
@@ -117,7 +104,7 @@ def _answers_itself(served: HotRoutes, method: str, path: str) -> bool:
     async def send(message: dict[str, Any]) -> None:
         pass
 
-    limited = HotRoutes(served.app, max_bytes=0)
+    limited = HotRoutes(served.app, routes.table.routes, max_bytes=0)
     limited.app = fastapi  # type: ignore[assignment]
     limited.state = types.SimpleNamespace(authenticator=_open_authenticator())
     scope = {"type": "http", "method": method, "path": path, "headers": []}
@@ -134,69 +121,45 @@ def test_hot_routes_claim_exactly_the_requests_fastapi_sends_to_them(served: Hot
         "/v1/messages/batch/",
         "/nothing",
     }
+    hot_names = {route.name for route in routes.table.hot}
     claimed = set()
     for method in ("POST", "GET", "PUT", "DELETE"):
         for path in paths:
             fastapi_route = _fastapi_route(served.app, method, path)
-            fastapi_endpoint = fastapi_route.endpoint if fastapi_route else None
-            found = served.match(method, path)
+            fastapi_name = fastapi_route.name if fastapi_route else None
+            found = served.matcher.match(method, path)
             assert _answers_itself(served, method, path) is (found is not None), (method, path)
-            if fastapi_endpoint in routes.HOT_ENDPOINTS:
+            if fastapi_name in hot_names:
                 assert found is not None, (method, path)
-                assert found[0].endpoint is fastapi_endpoint, (method, path)
-                claimed.add(found[0].endpoint)
+                assert found[0].name == fastapi_name, (method, path)
+                claimed.add(found[0].name)
             else:
                 assert found is None, (method, path, found)
-    assert claimed == routes.HOT_ENDPOINTS
+    assert claimed == hot_names
 
 
 def test_hot_path_parameters_are_read_as_fastapi_reads_them(served: HotRoutes) -> None:
     path = "/v1/transactions/tx-1/end"
-    found = served.match("POST", path)
+    found = served.matcher.match("POST", path)
     assert found is not None
     scope = {"type": "http", "method": "POST", "path": path, "root_path": ""}
     _, child_scope = _fastapi_route(served.app, "POST", path).matches(scope)
     assert found[1] == child_scope["path_params"] == {"transaction_id": "tx-1"}
 
 
-@pytest.fixture
-def mark_hot() -> Iterator[Any]:
-    """routes.hot, forgetting what it marked after the test."""
-    marked: list[Any] = []
-
-    def mark(endpoint: Any) -> Any:
-        marked.append(endpoint)
-        return routes.hot(endpoint)
-
-    yield mark
-    for endpoint in marked:
-        routes.HOT_ENDPOINTS.discard(endpoint)
-
-
 class Thing(BaseModel):
     name: str
 
 
-def _app_serving(endpoint: Any, path: str = "/things") -> FastAPI:
+class Named(BaseModel):
+    name: str
+    called: str
+
+
+def _table() -> tuple[FastAPI, RouteTable]:
     router = APIRouter()
-    router.post(path)(endpoint)
-    app = FastAPI()
-    app.include_router(router, prefix="/v9")
-    return app
-
-
-def test_a_hot_route_is_served_where_the_app_serves_it(mark_hot: Any) -> None:
-    @mark_hot
-    async def fine(body: Thing, core: Any = Depends(routes.coordinator)) -> JSONResponse:
-        return JSONResponse({})
-
-    served = HotRoutes(_app_serving(fine), max_bytes=1024)
-    found = served.match("POST", "/v9/things")
-    assert found is not None and found[0].endpoint is fine and found[0].body_model is Thing
-    assert found[0].core_param == "core"
-    assert found[0].principal_param is None
-    assert served.match("POST", "/things") is None
-    assert served.match("GET", "/v9/things") is None
+    table = RouteTable(router)
+    return FastAPI(), table
 
 
 def _open_authenticator() -> Authenticator:
@@ -205,79 +168,72 @@ def _open_authenticator() -> Authenticator:
     return Authenticator(context, ServiceConfigs.from_settings(Settings()).auth)
 
 
-def test_a_hot_route_is_handed_the_principal_it_asks_for(mark_hot: Any) -> None:
-    handed: list[tuple[Any, Any]] = []
+def test_a_hot_route_is_handed_what_its_declaration_says() -> None:
+    app, table = _table()
+    handed: list[tuple[Any, Any, Any, Any]] = []
 
-    @mark_hot
-    async def checked(
-        body: Thing,
-        core: Any = Depends(routes.coordinator),
-        who: Any = Depends(principal),
-    ) -> JSONResponse:
-        handed.append((core, who))
-        return JSONResponse({})
+    @table.route(
+        "POST",
+        "/things/{id}",
+        body=Thing,
+        answer=Named,
+        hot=True,
+        path_parameters={"id": Annotated[str, Path(max_length=3)]},
+    )
+    async def name_thing(core: Any, caller: Any, body: Thing, id: str) -> Any:
+        handed.append((core, caller, body, id))
+        return {"name": body.name, "called": id}
 
-    served = HotRoutes(_app_serving(checked), max_bytes=1024)
-    found = served.match("POST", "/v9/things")
-    assert found is not None and found[0].endpoint is checked
-    assert found[0].core_param == "core" and found[0].principal_param == "who"
+    app.include_router(table.router)
+    served = HotRoutes(app, table.routes, max_bytes=1024)
+    assert served.matcher.match("POST", "/things/abc") is not None
+    assert served.matcher.match("GET", "/things/abc") is None
+    assert _fastapi_route(app, "POST", "/things/abc").name == "name_thing"
 
     served.state = types.SimpleNamespace(authenticator=_open_authenticator(), coordinator="core")
-    scope = {"type": "http", "method": "POST", "path": "/v9/things", "headers": list(_JSON)}
+    sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b'{"name": "x"}', "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
-        pass
+        sent.append(message)
 
-    asyncio.run(served(scope, receive, send))
-    ((core, who),) = handed
-    assert core == "core" and who.name == "anonymous"
+    for path in ("/things/abc", "/things/abcd"):
+        scope = {"type": "http", "method": "POST", "path": path, "headers": list(_JSON)}
+        asyncio.run(served(scope, receive, send))
+    ((core, who, body, id),) = handed
+    assert core == "core" and who.name == "anonymous" and body == Thing(name="x") and id == "abc"
+    statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    assert statuses == [200, 422]
+    assert json.loads(bodies[0]) == {"name": "x", "called": "abc"}
 
 
-def test_a_hot_endpoint_that_needs_more_than_hot_routes_supplies_is_refused(
-    mark_hot: Any,
-) -> None:
-    core = Depends(routes.coordinator)
+def test_a_route_whose_path_disagrees_with_its_declaration_is_refused() -> None:
+    _, table = _table()
 
-    async def with_query(body: Thing, dry_run: bool = Query(False), core: Any = core) -> None:
-        pass
+    async def handler(core: Any, caller: Any, body: Thing, n: int) -> Any:
+        return body
 
-    async def optional_body(body: Thing | None = None, core: Any = core) -> None:
-        pass
-
-    async def one() -> int:
-        return 1
-
-    async def other_dependency(body: Thing, n: int = Depends(one), core: Any = core) -> None:
-        pass
-
-    async def embedded(body: Thing = Body(embed=True), core: Any = core) -> None:
-        pass
-
-    async def without_core(body: Thing) -> None:
-        pass
-
-    async def twice_the_principal(
-        body: Thing, a: Any = Depends(principal), b: Any = Depends(principal), core: Any = core
-    ) -> None:
-        pass
-
-    async def typed_path(body: Thing, n: int, core: Any = core) -> None:
-        pass
-
-    for endpoint, path, phrase in (
-        (with_query, "/things", "query params"),
-        (optional_body, "/things", "not a pydantic model"),
-        (other_dependency, "/things", "only the core and the principal are supplied"),
-        (embedded, "/things", "embedded"),
-        (without_core, "/things", "must take the core"),
-        (twice_the_principal, "/things", "principal more than once"),
-        (typed_path, "/things/{n:int}", "typed parameter"),
+    for path, parameters, phrase in (
+        ("/things/{n:int}", {"n": int}, "typed"),
+        ("/things/{n}", {}, "not the path's"),
+        ("/things", {"n": str}, "not the path's"),
     ):
         with pytest.raises(TypeError, match=phrase):
-            HotRoutes(_app_serving(mark_hot(endpoint), path), max_bytes=1024)
+            table.route("POST", path, body=Thing, answer=Thing, path_parameters=parameters)(handler)
+
+
+def test_an_answer_is_its_model_serialised() -> None:
+    route = Route("POST", "/things", body=Thing, answer=Named, handler=_nothing)
+    response = route.respond(types.SimpleNamespace(name="é", called="x", extra=1))
+    assert response.body == b'{"name":"\xc3\xa9","called":"x"}'
+    assert response.headers["content-type"] == "application/json"
+
+
+async def _nothing(*_: Any) -> None:
+    return None
 
 
 # --- the answers, raw off a live server -------------------------------------
@@ -305,7 +261,7 @@ class Answers:
 
     def post(self, status: int, path: str, payload: object = None, **kwargs: Any) -> Any:
         response = self.http.post(path, json=payload, **kwargs)
-        found = self.served.match("POST", path)
+        found = self.served.matcher.match("POST", path)
         assert found is not None, f"{path} is not a hot route"
         raw = response.content
         assert response.status_code == status, f"POST {path}: {response.status_code} {raw!r}"
@@ -319,7 +275,7 @@ class Answers:
         # carries its optional fields only when they apply.
         dumped = parsed.model_dump(mode="json", by_alias=True, exclude_unset=model is ErrorOut)
         assert json.loads(raw) == dumped, f"POST {path} -> {status}: {raw!r}"
-        self.seen.add((found[0].endpoint.__name__, status))
+        self.seen.add((found[0].name, status))
         return json.loads(raw)
 
 
