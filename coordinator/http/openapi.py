@@ -25,14 +25,18 @@ status wins over the derived one (/health's 503 also has its HealthOut).
 
 from __future__ import annotations
 
+import inspect
 import typing
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
-from fastapi import params
-from fastapi.dependencies.models import Dependant
-from fastapi.dependencies.utils import get_dependant
+from fastapi import BackgroundTasks, params
 from fastapi.routing import APIRoute
+from fastapi.security import SecurityScopes
+from pydantic import BaseModel
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
 
 from coordinator.core import Coordinator
 from coordinator.http.gate import SAFE_METHODS
@@ -72,10 +76,37 @@ def example(value: object) -> dict[str, dict[str, Any]]:
     return {str(value): {"value": value}}
 
 
-def _dependants(dependant: Dependant) -> Iterator[Dependant]:
-    yield dependant
-    for sub in dependant.dependencies:
-        yield from _dependants(sub)
+# What FastAPI hands an endpoint from the request itself, not from a parameter.
+_SUPPLIED = (HTTPConnection, Response, BackgroundTasks, SecurityScopes)
+
+
+@dataclass
+class _Takes:
+    """What a route's endpoint and its dependencies take, read from their signatures."""
+
+    calls: set[Callable[..., Any]] = field(default_factory=set)
+    body: bool = False
+    parameters: bool = False  # path or query
+
+    def read(self, call: Callable[..., Any]) -> None:
+        self.calls.add(call)
+        for parameter in inspect.signature(call, eval_str=True).parameters.values():
+            annotation = parameter.annotation
+            markers: list[Any] = [parameter.default]
+            if typing.get_origin(annotation) is Annotated:
+                annotation, *metadata = typing.get_args(annotation)
+                markers += metadata
+            depends = next((m for m in markers if isinstance(m, params.Depends)), None)
+            if depends is not None:
+                self.read(depends.dependency or annotation)
+            elif isinstance(annotation, type) and issubclass(annotation, _SUPPLIED):
+                continue
+            elif any(isinstance(m, params.Body) for m in markers) or (
+                isinstance(annotation, type) and issubclass(annotation, BaseModel)
+            ):
+                self.body = True
+            elif not any(isinstance(m, params.Header | params.Cookie) for m in markers):
+                self.parameters = True
 
 
 def _returns_core(call: Callable[..., Any] | None) -> bool:
@@ -86,25 +117,17 @@ def _returns_core(call: Callable[..., Any] | None) -> bool:
 
 
 def derived_errors(
-    path: str,
     endpoint: Callable[..., Any],
     dependencies: Sequence[params.Depends],
     methods: Sequence[str],
 ) -> dict[int, str]:
     """The error statuses a route can answer, from what it takes, with their descriptions."""
-    top = get_dependant(path=path, call=endpoint)
-    dependants = [
-        *_dependants(top),
-        *(
-            found
-            for depends in dependencies
-            if depends.dependency is not None
-            for found in _dependants(get_dependant(path=path, call=depends.dependency))
-        ),
-    ]
-    calls = {d.call for d in dependants}
-    parameters = [p for d in dependants for p in (*d.path_params, *d.query_params)]
-    has_body = any(d.body_params for d in dependants)
+    takes = _Takes()
+    takes.read(endpoint)
+    for depends in dependencies:
+        if depends.dependency is not None:
+            takes.read(depends.dependency)
+    calls, parameters, has_body = takes.calls, takes.parameters, takes.body
     statuses = {400, 408, 413, 429}
     if set(methods) - SAFE_METHODS:
         statuses.add(403)
@@ -127,7 +150,7 @@ class DocumentedRoute(APIRoute):
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **options: Any) -> None:
         derived = derived_errors(
-            path, endpoint, options.get("dependencies") or (), options.get("methods") or ()
+            endpoint, options.get("dependencies") or (), options.get("methods") or ()
         )
         options["responses"] = {**described(derived), **(options.get("responses") or {})}
         super().__init__(path, endpoint, **options)
