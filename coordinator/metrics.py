@@ -354,7 +354,13 @@ class Meter:
     def resolved(self, state: MessageState, source: Source, age_seconds: float | None) -> None:
         """A half message left `prepared` for `state` by `source`, `age_seconds` after its
         prepare (None: not timed, as an operator's resolution)."""
-        count, latency = self._resolved_children[state, source]
+        children = self._resolved_children.get((state, source))
+        if children is None:  # a pair RESOLUTIONS does not list: counted all the same
+            children = self._resolved_children[state, source] = (
+                self._transactions_resolved.labels(state=state.value, source=source.value),
+                self._resolution_latency.labels(state=state.value, source=source.value),
+            )
+        count, latency = children
         count.inc()
         if age_seconds is not None:
             latency.observe(age_seconds)
