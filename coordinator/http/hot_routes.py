@@ -69,7 +69,7 @@ from coordinator.http.gate import Gate, RequestHeads, request_heads
 from coordinator.http.routes import HOT_ENDPOINTS, coordinator
 from coordinator.http.security import is_json, not_json, principal
 from coordinator.logs import ACCESS, access_line
-from coordinator.metrics import HTTP_METER
+from coordinator.metrics import Meter, RequestMeter
 
 Endpoint = Callable[..., Awaitable[Response]]
 
@@ -217,11 +217,12 @@ def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
-def answered(scope: Scope, route: str, status: int, started: float) -> None:
-    """Count and time a request by its route template, and write its access line."""
+def answered(scope: Scope, route: str, status: int, started: float, requests: RequestMeter) -> None:
+    """Count and time a request by its route template (with the core's meter of HTTP
+    requests), and write its access line."""
     seconds = perf_counter() - started
     method = scope["method"]
-    HTTP_METER.observe((method, route, status), 2, seconds)
+    requests.observe((method, route, status), 2, seconds)
     if ACCESS.isEnabledFor(logging.INFO):
         path = scope["path"]
         if query := scope.get("query_string"):
@@ -252,6 +253,8 @@ class HotRoutes:
         self.max_bytes = max_bytes
         self.gate = gate or Gate()
         self.table = hot_table(app)
+        # The core's, once attached; until then (an app only built, as a test's) its own.
+        self.requests: RequestMeter = Meter().http
 
     def attach(self, core: Coordinator, authenticator: Authenticator) -> None:
         """What the routes serve with, on `app.state` where FastAPI's routes find them too.
@@ -260,6 +263,7 @@ class HotRoutes:
         """
         self.state.coordinator = core
         self.state.authenticator = authenticator
+        self.requests = core.meter.http
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -277,12 +281,12 @@ class HotRoutes:
         if refused is not None:
             response = core_error_response(refused)
             await response(scope, receive, send)
-            answered(scope, REFUSED, response.status_code, started)
+            answered(scope, REFUSED, response.status_code, started, self.requests)
             return
         refusal = self._refuse_declared_size(heads.content_length)
         if refusal is not None:
             await refusal(scope, receive, send)
-            answered(scope, TOO_LARGE, refusal.status_code, started)
+            answered(scope, TOO_LARGE, refusal.status_code, started, self.requests)
             return
         table = self.table.get(scope["method"])
         if table is not None:
@@ -302,7 +306,7 @@ class HotRoutes:
                     status = response.status_code
                     await response(scope, receive, send)
                 finally:
-                    answered(scope, route.path, status, started)
+                    answered(scope, route.path, status, started, self.requests)
                 return
         if heads.content_length is None:
             # A chunked body declares no size: count it as FastAPI reads it.
@@ -324,7 +328,7 @@ class HotRoutes:
         finally:
             # The router puts the route it chose into the scope; its path is the template.
             route = getattr(scope.get("route"), "path", None)
-            answered(scope, route or UNMATCHED, status, started)
+            answered(scope, route or UNMATCHED, status, started, self.requests)
 
     def _size_limited(self, receive: Receive) -> Receive:
         """`receive`, refusing (413) a body once it exceeds max_bytes, before reading more."""
