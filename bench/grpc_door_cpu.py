@@ -43,6 +43,7 @@ from coordinator.core.configs import ServiceConfigs
 from coordinator.core.context import CoreContext
 from coordinator.domain.messages import EndRequest, EndResult, NewMessage, SendResult
 from coordinator.domain.states import MessageState
+from coordinator.metrics import Meter
 
 console = Console()
 BODY = b"order 1001 created"
@@ -102,7 +103,7 @@ class Door:
         core: Any = _Core(ConstantTransactions())
         service = MessagingService(core, authenticator, settings, self.stubs, port=8081)
         # What grpc.aio looks up for a call: the RPC's handler, parser and serialiser.
-        registered = handlers(service, self.stubs)
+        registered = handlers(service, self.stubs, Meter().grpc)
         self.send = registered.service(_Call(f"/{SERVICE_NAME}/SendMessage"))
         self.end = registered.service(_Call(f"/{SERVICE_NAME}/EndTransaction"))
         self.context = _Context()

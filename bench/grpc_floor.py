@@ -61,10 +61,12 @@ class ConstantService:
 
 async def serve(port: int) -> None:
     from coordinator.grpc.server import handlers
+    from coordinator.metrics import Meter
 
     service = ConstantService()
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers((handlers(service, service.stubs),))  # type: ignore[arg-type]
+    registered = handlers(service, service.stubs, Meter().grpc)  # type: ignore[arg-type]
+    server.add_generic_rpc_handlers((registered,))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     stop = asyncio.Event()

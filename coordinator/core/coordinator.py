@@ -21,6 +21,7 @@ from coordinator.core.transactions import Transactions
 from coordinator.db.notifier import CHANNELS, Notifier
 from coordinator.db.pool import CoordinatorPool, open_pool
 from coordinator.db.urls import libpq_url
+from coordinator.metrics import Meter
 
 # How long a starting node waits for its pool's first connections; a database
 # that cannot give pool_min_size connections within it will not serve either,
@@ -38,6 +39,7 @@ class Coordinator:
         settings: Settings,
         notifier: Notifier | None = None,
         read_pool: CoordinatorPool | None = None,
+        meter: Meter | None = None,
     ) -> None:
         self.pool = pool
         # On read_database_url (a standby) when it is set: what the overview reads.
@@ -46,7 +48,9 @@ class Coordinator:
         # Long polls (check requests, receives) wait on the notifier; without
         # one (CLI commands) they fall back to polling.
         self.notifier = notifier
-        self.context = context = CoreContext(pool, notifier)
+        # What the core and the doors count with, and /metrics serves.
+        self.meter = meter = meter if meter is not None else Meter()
+        self.context = context = CoreContext(pool, notifier, meter=meter)
         self.transactions = Transactions(context, configs.transactions)  # prepare, send, end
         self.inspection = Inspection(context)  # a message with its history, status, health
         self.delivery = Delivery(context, configs.delivery)  # subscriptions, receive, ack, ...
@@ -65,7 +69,12 @@ class Coordinator:
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, database_url: str, settings: Settings | None = None, *, listen: bool = False
+        cls,
+        database_url: str,
+        settings: Settings | None = None,
+        *,
+        listen: bool = False,
+        meter: Meter | None = None,
     ) -> AsyncIterator[Coordinator]:
         """A coordinator on an already migrated database, closed on exit.
 
@@ -95,7 +104,7 @@ class Coordinator:
                 await read_pool.open(wait=False)
             if notifier is not None:
                 await notifier.start()
-            yield cls(pool, settings, notifier, read_pool)
+            yield cls(pool, settings, notifier, read_pool, meter)
         finally:
             if notifier is not None:
                 await notifier.stop()

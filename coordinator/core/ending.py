@@ -19,7 +19,6 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator import metrics
 from coordinator.db.queries import fetch_all, fetch_one
 from coordinator.domain.errors import (
     CoordinatorError,
@@ -31,6 +30,7 @@ from coordinator.domain.errors import (
 from coordinator.domain.messages import EndRequest, EndResult
 from coordinator.domain.rules import check_message_id, check_name
 from coordinator.domain.states import MessageState, Resolution, Source
+from coordinator.metrics import Meter
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def validate_end(request: EndRequest) -> None:
 
 
 async def end_many(
-    conn: AsyncConnection[Any], requests: Sequence[EndRequest], max_batch_size: int
+    conn: AsyncConnection[Any], requests: Sequence[EndRequest], max_batch_size: int, meter: Meter
 ) -> list[EndResult | CoordinatorError]:
     if not requests:
         raise InvalidMessage("a batch needs at least one request")
@@ -60,19 +60,21 @@ async def end_many(
         try:
             validate_end(request)
             if request.resolution is Resolution.UNKNOWN:
-                outcomes[position] = await report_unknown(conn, request)
+                outcomes[position] = await report_unknown(conn, request, meter)
             else:
                 to_end.append((position, request))
         except CoordinatorError as error:
             outcomes[position] = error
     if to_end:
-        ended = await end_validated(conn, [request for _, request in to_end])
+        ended = await end_validated(conn, [request for _, request in to_end], meter)
         for (position, _), outcome in zip(to_end, ended, strict=True):
             outcomes[position] = outcome
     return [o for o in outcomes if o is not None]
 
 
-async def report_unknown(conn: AsyncConnection[Any], request: EndRequest) -> EndResult:
+async def report_unknown(
+    conn: AsyncConnection[Any], request: EndRequest, meter: Meter
+) -> EndResult:
     """UNKNOWN changes nothing (the message waits for its check-back), but the
     transaction must exist and belong to the caller."""
     row = await fetch_one(conn, "get_transaction", {"transaction_id": request.transaction_id})
@@ -80,14 +82,18 @@ async def report_unknown(conn: AsyncConnection[Any], request: EndRequest) -> End
         raise _not_found(request)
     _check_owner(request, row)
     if request.from_check:
-        metrics.count_check_back_answer(Resolution.UNKNOWN)
+        meter.check_back_answered(Resolution.UNKNOWN)
     return _result(row, MessageState(row["state"]), changed=False)
 
 
 async def end_validated(
-    conn: AsyncConnection[Any], requests: Sequence[EndRequest]
+    conn: AsyncConnection[Any], requests: Sequence[EndRequest], meter: Meter
 ) -> list[EndResult | CoordinatorError]:
-    """Commit/rollback validated requests with distinct transaction ids in one statement."""
+    """Commit/rollback validated requests with distinct transaction ids in one statement.
+
+    The statement decides which requests resolve their message: each is counted
+    here, as is each answer to a check-back, whatever its outcome.
+    """
     targets = [r.resolution.target_state for r in requests]
     if any(t is None for t in targets):
         raise ValueError("end_validated takes commit and rollback requests only")
@@ -102,16 +108,21 @@ async def end_validated(
             "sources": [(Source.CHECK if r.from_check else Source.CLIENT).value for r in requests],
         },
     )
-    return [_outcome(request, row) for request, row in zip(requests, rows, strict=True)]
+    for request in requests:
+        if request.from_check:
+            meter.check_back_answered(request.resolution)
+    return [_outcome(request, row, meter) for request, row in zip(requests, rows, strict=True)]
 
 
-def _outcome(request: EndRequest, row: dict[str, Any]) -> EndResult | CoordinatorError:
+def _outcome(
+    request: EndRequest, row: dict[str, Any], meter: Meter
+) -> EndResult | CoordinatorError:
     if row["id"] is None:
         return _not_found(request)
     if row["new_state"] is not None:
         state = MessageState(row["new_state"])
         source = Source.CHECK if request.from_check else Source.CLIENT
-        metrics.observe_resolution_latency(state, source, row["age_seconds"])
+        meter.resolved(state, source, row["age_seconds"])
         return _result(row, state, changed=True)
     try:
         _check_owner(request, row)

@@ -7,13 +7,13 @@ transaction of their own. Storing is in producing.py, ending in ending.py.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from psycopg import AsyncConnection
 
-from coordinator import metrics
 from coordinator.core import ending, producing, recall
 from coordinator.core.configs import TransactionsConfig
 from coordinator.core.context import CoreContext
@@ -41,7 +41,8 @@ class Transactions:
         self._prepares = self._group_committer(self._inserter(transactional=True))
         self._sends = self._group_committer(self._inserter(transactional=False))
         self._ends = self._group_committer(
-            ending.end_validated, key=lambda request: request.transaction_id
+            functools.partial(ending.end_validated, meter=context.meter),
+            key=lambda request: request.transaction_id,
         )
 
     async def prepare(self, message: NewMessage) -> SendResult:
@@ -66,10 +67,8 @@ class Transactions:
         ending.validate_end(request)
         if request.resolution is Resolution.UNKNOWN:
             async with self._context.pool.connection() as conn:
-                return await ending.report_unknown(conn, request)
-        result = await self._ends.submit(request)
-        metrics.count_ends([request], [result])
-        return result
+                return await ending.report_unknown(conn, request, self._context.meter)
+        return await self._ends.submit(request)
 
     async def end_batch(self, requests: Sequence[EndRequest]) -> list[EndResult | CoordinatorError]:
         """End many transactions in one database transaction; one outcome per request.
@@ -78,9 +77,9 @@ class Transactions:
         request is its own compare-and-set and gets its own answer or error.
         """
         async with self._context.pool.connection() as conn, conn.transaction():
-            outcomes = await ending.end_many(conn, requests, self._config.max_batch_size)
-        metrics.count_ends(requests, outcomes)
-        return outcomes
+            return await ending.end_many(
+                conn, requests, self._config.max_batch_size, self._context.meter
+            )
 
     async def recall(self, recall_handle: str, *, topic: str | None = None) -> RecallResult:
         """Take back a delayed message before its delivery time (its recall handle).

@@ -22,7 +22,7 @@ from coordinator.grpc.service import MessagingService
 from coordinator.grpc.status import Unreadable
 from coordinator.grpc.stubs import Stubs, load
 from coordinator.logs import ACCESS, access_line
-from coordinator.metrics import GRPC_METER
+from coordinator.metrics import RequestMeter
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,9 @@ def listen_address(host: str, port: int) -> str:
     return f"{bracketed}:{port}"
 
 
-def handlers(service: MessagingService, stubs: Stubs) -> grpc.GenericRpcHandler:
+def handlers(
+    service: MessagingService, stubs: Stubs, requests: RequestMeter
+) -> grpc.GenericRpcHandler:
     """The service's RPCs, built from the protocol's descriptor like the generated code does.
 
     Unlike the generated registration, a request that does not parse is
@@ -47,7 +49,7 @@ def handlers(service: MessagingService, stubs: Stubs) -> grpc.GenericRpcHandler:
     sentence) instead of failing the call with a traceback in the log.
     """
     descriptor = stubs.service.DESCRIPTOR.services_by_name[SERVICE_NAME.rsplit(".", 1)[1]]
-    meter = _Meter(stubs)
+    meter = _Meter(stubs, requests)
     built = {}
     for method in descriptor.methods:
         request_type = GetMessageClass(method.input_type)
@@ -78,9 +80,10 @@ class _Meter:
     so the code is read from there: the first response's, for a stream.
     """
 
-    def __init__(self, stubs: Stubs) -> None:
+    def __init__(self, stubs: Stubs, requests: RequestMeter) -> None:
         codes = stubs.definition.Code.DESCRIPTOR.values
         self._names = {value.number: value.name for value in codes}
+        self._requests = requests
 
     def _code(self, response: Any) -> str:
         code = response.status.code
@@ -98,7 +101,7 @@ class _Meter:
                 code = CANCELLED
                 raise
             finally:
-                answered(rpc, code, started, timed=True)
+                answered(self._requests, rpc, code, started, timed=True)
 
         return metered
 
@@ -120,7 +123,7 @@ class _Meter:
                 code = FAILED
                 raise
             finally:
-                answered(rpc, code or CANCELLED, started, timed=True)
+                answered(self._requests, rpc, code or CANCELLED, started, timed=True)
 
         return metered
 
@@ -136,15 +139,16 @@ class _Meter:
                 code = CANCELLED
                 raise
             finally:
-                answered(rpc, code, started, timed=False)
+                answered(self._requests, rpc, code, started, timed=False)
 
         return metered
 
 
-def answered(rpc: str, code: str, started: float, *, timed: bool) -> None:
-    """Count (and time) one call, and write its access line."""
+def answered(requests: RequestMeter, rpc: str, code: str, started: float, *, timed: bool) -> None:
+    """Count (and time) one call with the core's meter of gRPC calls, and write its access
+    line."""
     seconds = perf_counter() - started
-    GRPC_METER.observe((rpc, code), 1, seconds if timed else None)
+    requests.observe((rpc, code), 1, seconds if timed else None)
     if ACCESS.isEnabledFor(logging.INFO):
         milliseconds = round(seconds * 1000, 3)
         access_line(
@@ -198,7 +202,7 @@ async def running_grpc_door(
     stubs = load()
     server = grpc.aio.server(options=server_options(settings))
     service = MessagingService(core, authenticator, settings, stubs, port=settings.grpc_port)
-    server.add_generic_rpc_handlers((handlers(service, stubs),))
+    server.add_generic_rpc_handlers((handlers(service, stubs, core.meter.grpc),))
     address = listen_address(settings.host, settings.grpc_port)
     try:
         if settings.tls_cert_file and settings.tls_key_file:

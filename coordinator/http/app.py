@@ -17,6 +17,7 @@ from coordinator.http.consumers import router as consumers_router
 from coordinator.http.errors import install_error_handlers
 from coordinator.http.gate import Gate
 from coordinator.http.hot_routes import HotRoutes
+from coordinator.http.metrics import router as metrics_router
 from coordinator.http.routes import router, table
 from coordinator.http.status_page import install_status_page
 
@@ -38,6 +39,7 @@ def create_app(settings: Settings | None = None) -> HotRoutes:
     app.include_router(router)
     app.include_router(consumers_router)
     app.include_router(checkback_router)
+    app.include_router(metrics_router)
     install_status_page(app)
     install_api_docs(app)
     return HotRoutes(

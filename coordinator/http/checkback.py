@@ -1,11 +1,10 @@
-"""Producer instances, check sources and their check-backs over HTTP; Prometheus /metrics.
+"""Producer instances, check sources and their check-backs over HTTP.
 
 No SQL here: every route is one call into `core.checkback`.
 
 An instance's routes act for its producer group, so they need a token that
 may act as that group (as ending its transactions does); listing every
-group's instances is for admins. /metrics needs the metrics permission
-unless the server was started with metrics_open.
+group's instances is for admins.
 """
 
 from __future__ import annotations
@@ -13,10 +12,8 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from coordinator.core import Coordinator
-from coordinator.core.auth import Authenticator
 from coordinator.domain.access import Principal
 from coordinator.domain.rules import MAX_POLL_REQUESTS, MAX_POLL_WAIT_SECONDS
 from coordinator.http.checkback_schemas import (
@@ -26,10 +23,9 @@ from coordinator.http.checkback_schemas import (
     HeartbeatIn,
 )
 from coordinator.http.fields import GroupName, InstanceId
-from coordinator.http.openapi import DocumentedRoute, described, errors, example
+from coordinator.http.openapi import DocumentedRoute, described, example
 from coordinator.http.routes import coordinator
 from coordinator.http.security import json_body, long_poll, principal
-from coordinator.metrics import exposition, set_database_gauges
 from coordinator.views.producers import (
     CheckSourceOut,
     CheckSourcesOut,
@@ -138,37 +134,6 @@ async def poll_checks(
             producer_group, instance_id, wait_seconds=wait_seconds, max_requests=max_requests
         )
     return ChecksOut(checks=[CheckRequestOut.of(r) for r in requests])
-
-
-@router.get(
-    "/metrics",
-    # Prometheus' text format, not JSON: what the OpenAPI document says it is.
-    # A response class without a media type, so that FastAPI documents the
-    # 200 only as declared below and the errors as what they are, JSON.
-    response_class=Response,
-    responses={
-        200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}},
-        # Not through security.principal (see below), so not derived.
-        **errors(401, 403),
-    },
-    tags=["service"],
-    summary="Prometheus metrics",
-)
-async def prometheus_metrics(
-    request: Request, core: Coordinator = Depends(coordinator)
-) -> Response:
-    # Not Depends(principal): with metrics_open a scraper sends no token at all.
-    if not request.app.state.settings.metrics_open:
-        authenticator: Authenticator = request.app.state.authenticator
-        authenticator.authenticate(request.headers.get("authorization")).require_metrics()
-    await core.checkback.refresh_gauges()
-    # The database's gauges: the overview without its resolutions per minute and its
-    # storage (the retention rounds set those gauges).
-    set_database_gauges(
-        await core.overview.read(minutes=0, storage=False),
-        request.app.state.settings.max_metric_label_values,
-    )
-    return Response(content=exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 CHECK_SOURCE = "/v1/producer-groups/{producer_group}/check-source"

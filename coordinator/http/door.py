@@ -22,6 +22,7 @@ from coordinator.core.auth import Authenticator
 from coordinator.domain.errors import DoorFailed
 from coordinator.http.app import create_app
 from coordinator.http.protocol import CoalescingHttpToolsProtocol
+from coordinator.metrics import RequestMeter
 
 
 class _NodeServer(uvicorn.Server):
@@ -37,8 +38,10 @@ def server_config(
     settings: Settings,
     *,
     protocol: Callable[..., asyncio.Protocol] | None = None,
+    requests: RequestMeter | None = None,
 ) -> uvicorn.Config:
-    """How uvicorn serves the app: the coordinator's protocol, limits and TLS."""
+    """How uvicorn serves the app: the coordinator's protocol, limits and TLS; `requests`
+    counts what the protocol answers itself."""
     options: dict[str, Any] = {
         # The node's process configured logging (logs.py); uvicorn's access
         # log stays off: the coordinator writes its own, with route templates
@@ -55,6 +58,7 @@ def server_config(
             CoalescingHttpToolsProtocol,
             max_connections=settings.max_connections,
             request_read_timeout=settings.request_read_timeout_seconds,
+            requests=requests,
         ),
         # The coordinator never reads the client's address, which is all that
         # uvicorn's proxy-header middleware would parse every request for.
@@ -99,7 +103,7 @@ async def running_http_door(
     """
     app = create_app(settings)
     app.attach(core, authenticator)
-    server = _NodeServer(server_config(app, settings, protocol=protocol))
+    server = _NodeServer(server_config(app, settings, protocol=protocol, requests=core.meter.http))
     serving = asyncio.create_task(server.serve(sockets=sockets), name="coordinator-http")
     while not server.started:
         if serving.done():

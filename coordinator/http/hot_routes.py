@@ -58,6 +58,7 @@ from coordinator.http.gate import Gate, RequestHeads, request_heads
 from coordinator.http.request_record import REFUSED, TOO_LARGE, UNMATCHED, record
 from coordinator.http.route_table import Route
 from coordinator.http.security import is_json, not_json
+from coordinator.metrics import Meter, RequestMeter
 
 
 class _ClientLeft(Exception):
@@ -156,6 +157,8 @@ class HotRoutes:
         self.max_bytes = max_bytes
         self.gate = gate or Gate()
         self.matcher = Matcher(route for route in routes if route.hot)
+        # The core's, once attached; until then (an app only built, as a test's) its own.
+        self.requests: RequestMeter = Meter().http
 
     def attach(self, core: Coordinator, authenticator: Authenticator) -> None:
         """What the routes serve with, on `app.state` where FastAPI's routes find them too.
@@ -164,6 +167,7 @@ class HotRoutes:
         """
         self.state.coordinator = core
         self.state.authenticator = authenticator
+        self.requests = core.meter.http
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -176,7 +180,7 @@ class HotRoutes:
         finally:
             # FastAPI's router puts the route it chose into the scope; its path is the template.
             route = outcome.route or getattr(scope.get("route"), "path", None) or UNMATCHED
-            record(scope, route, outcome.status, perf_counter() - started)
+            record(self.requests, scope, route, outcome.status, perf_counter() - started)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, outcome: _Outcome) -> None:
         heads = request_heads(scope["headers"])

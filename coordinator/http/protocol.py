@@ -28,6 +28,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from coordinator.http.request_record import TIMED_OUT, TOO_MANY_CONNECTIONS, record
+from coordinator.metrics import RequestMeter
 
 # Joined writes are sent at once from this size on: a long response written
 # within one turn is not held in memory, and the real transport's flow
@@ -130,11 +131,13 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         *args: Any,
         max_connections: int | None = None,
         request_read_timeout: float | None = None,
+        requests: RequestMeter | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.max_connections = max_connections
         self.request_read_timeout = request_read_timeout
+        self.requests = requests  # counts what this protocol answers itself
         self._read_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -185,7 +188,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             assert self.request_read_timeout is not None
             self.transport.write(_request_timeout(self.request_read_timeout))
             # Answered here, never by the app: no method, no route.
-            record(None, TIMED_OUT, 408, None)
+            record(self.requests, None, TIMED_OUT, 408, None)
         self.transport.close()
 
     def _refuse(self, transport: asyncio.Transport, limit: int) -> None:
@@ -198,4 +201,4 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
                 transport.write_eof()  # the client reads the answer to its end at once
             except OSError:  # the client is gone already: nobody to tell
                 transport.close()
-        record(None, TOO_MANY_CONNECTIONS, 429, None)
+        record(self.requests, None, TOO_MANY_CONNECTIONS, 429, None)

@@ -13,7 +13,7 @@ import logging
 from starlette.types import Scope
 
 from coordinator.logs import ACCESS, access_line
-from coordinator.metrics import HTTP_METER
+from coordinator.metrics import RequestMeter
 
 # The route label of requests no route took (404s), and of bodies refused for
 # their declared size before any route was looked at.
@@ -26,15 +26,24 @@ TIMED_OUT = "(request timeout)"
 TOO_MANY_CONNECTIONS = "(too many connections)"
 
 
-def record(scope: Scope | None, route: str, status: int, seconds: float | None) -> None:
-    """Count a request by its method, route template and status; time it and write
-    its access line when it reached the app (`scope`), which the protocol's own
+def record(
+    requests: RequestMeter | None,
+    scope: Scope | None,
+    route: str,
+    status: int,
+    seconds: float | None,
+) -> None:
+    """Count a request by its method, route template and status with the core's meter
+    of HTTP requests (None: a protocol built without one counts nothing); time it and
+    write its access line when it reached the app (`scope`), which the protocol's own
     answers never do."""
     if scope is None:
-        HTTP_METER.observe(("-", route, status), 0, None)
+        if requests is not None:
+            requests.observe(("-", route, status), 0, None)
         return
     method = scope["method"]
-    HTTP_METER.observe((method, route, status), 2, seconds)
+    if requests is not None:
+        requests.observe((method, route, status), 2, seconds)
     if ACCESS.isEnabledFor(logging.INFO):
         path = scope["path"]
         if query := scope.get("query_string"):

@@ -13,6 +13,7 @@ from coordinator.core.auth import Authenticator, running_authenticator
 from coordinator.core.checkback.scheduler import running_check_scheduler
 from coordinator.core.retention.scheduler import running_retention
 from coordinator.logs import flush_access_lines
+from coordinator.metrics import Meter, process_registry
 
 
 class ServingDoor(Protocol):
@@ -75,7 +76,10 @@ async def running_node(
     holds answer at once and its requests in flight finish.
     """
     async with (
-        Coordinator.connect(database_url, settings, listen=True) as core,
+        # A serving process's /metrics shows its process and Python figures too.
+        Coordinator.connect(
+            database_url, settings, listen=True, meter=Meter(process_registry())
+        ) as core,
         running_authenticator(core.context, core.configs.auth) as authenticator,
         running_check_scheduler(core.checkback.run_round, core.configs.scheduler),
         running_retention(core.retention.run_round, core.configs.retention),

@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     # CLI's --json prints them, so they belong to neither.
     "views": {"domain", "views"},
     # A running node: the core, then each configured door.
-    "node": {"domain", "config", "logs", "core", "http", "grpc", "node"},
+    "node": {"domain", "config", "metrics", "logs", "core", "http", "grpc", "node"},
     "client": {"client"},
     "pipeline": {"domain", "config", "db", "client", "pipeline"},
     # The schema and its SQL come from db/; plain `alembic` without a URL
@@ -398,3 +398,75 @@ def test_a_long_module_says_why_at_its_top() -> None:
         and LONG_ON_PURPOSE not in (ast.get_docstring(ast.parse(path.read_text())) or "")
     }
     assert unexplained == set()
+
+
+# Metrics are made by the meter (coordinator/metrics.py), one per core, on a
+# registry of its own: a metric made at import time, or anywhere else, is
+# state of the process that every core in it would share.
+METRIC_TYPES = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}
+METER_MODULE = "coordinator.metrics"
+
+
+def _metric_state(path: Path) -> list[str]:
+    """Where a module makes a Prometheus metric (`line:import time` outside any function,
+    `line:in function`) or names the client's global REGISTRY (`line:global registry`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    makers = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "prometheus_client"
+        for alias in node.names
+        if alias.name in METRIC_TYPES
+    }
+    in_functions = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for inner in ast.walk(node)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            function = node.func
+            made = (isinstance(function, ast.Name) and function.id in makers) or (
+                isinstance(function, ast.Attribute)
+                and function.attr in METRIC_TYPES
+                and isinstance(function.value, ast.Name)
+                and function.value.id == "prometheus_client"
+            )
+            if made:
+                where = "in function" if id(node) in in_functions else "import time"
+                found.append(f"{node.lineno}:{where}")
+        elif (isinstance(node, ast.Name) and node.id == "REGISTRY") or (
+            isinstance(node, ast.alias) and node.name == "REGISTRY"
+        ):
+            found.append(f"{getattr(node, 'lineno', 0)}:global registry")
+    return found
+
+
+def test_no_module_level_metric_state() -> None:
+    found = {
+        f"{name}:{spot}"
+        for name, path in _modules().items()
+        for spot in _metric_state(path)
+        if not (name == METER_MODULE and spot.endswith(":in function"))
+    }
+    assert found == set()
+
+
+def test_the_metric_state_rule_sees_a_metric_made_at_import_time(tmp_path: Path) -> None:
+    module = tmp_path / "counting.py"
+    module.write_text(
+        "from prometheus_client import REGISTRY, Counter as C\n"
+        "from collections import Counter\n\n"
+        "SENT = C('sent', 'Messages sent.')\n"
+        "TALLY = Counter()\n\n"
+        "def meter() -> C:\n"
+        "    return C('sent', 'Messages sent.', registry=REGISTRY)\n"
+    )
+    assert sorted(_metric_state(module)) == [
+        "1:global registry",
+        "4:import time",
+        "8:global registry",
+        "8:in function",
+    ]

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import httpx
 from psycopg import AsyncConnection
 
-from coordinator import __version__, metrics
+from coordinator import __version__
 from coordinator.core.checkback.answers import ACCEPT_ENCODING, UnreadableAnswer, read_answer
 from coordinator.core.checkback.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from coordinator.db.queries import execute, fetch_all
@@ -47,6 +47,7 @@ class PushOutcome:
     delivered: bool
     resolution: Resolution | None = None  # commit or rollback carried by the answer
     detail: str | None = None  # why it failed, or what the answer said
+    answered_unknown: bool = False  # an answer all the same, that changes nothing
 
 
 async def start(conn: AsyncConnection[Any], claimed: ClaimedCheck) -> bool:
@@ -190,7 +191,5 @@ def _answer(content: bytes) -> PushOutcome:
     except ValueError:
         return PushOutcome(True, detail=f"answer resolution {str(value)[:40]!r} not understood")
     if resolution is Resolution.UNKNOWN:
-        # An answer all the same (commit and rollback are counted where they end it).
-        metrics.count_check_back_answer(resolution)
-        return PushOutcome(True, detail="answered unknown")
+        return PushOutcome(True, detail="answered unknown", answered_unknown=True)
     return PushOutcome(True, resolution=resolution, detail=f"answered {resolution.value}")

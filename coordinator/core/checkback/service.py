@@ -31,7 +31,6 @@ from typing import Any
 
 import httpx
 
-from coordinator import metrics
 from coordinator.core.checkback import database, operator, push, registry
 from coordinator.core.checkback.dispatcher import PushDispatcher
 from coordinator.core.checkback.sources import secret_box
@@ -52,6 +51,7 @@ from coordinator.domain.errors import CoordinatorError
 from coordinator.domain.messages import EndRequest
 from coordinator.domain.rules import MAX_POLL_WAIT_SECONDS, check_poll
 from coordinator.domain.states import DispatchMode, MessageState, Resolution, Source
+from coordinator.metrics import Meter
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class CheckBack:
                 break
             if self._context.stopping.is_set():
                 break  # the rest stays due: the next round, on any node, takes it
-        metrics.CHECK_ROUND_SECONDS.observe(time.perf_counter() - started)
+        self._context.meter.check_round(time.perf_counter() - started)
         return result
 
     async def claim(self) -> list[ClaimedCheck]:
@@ -138,7 +138,7 @@ class CheckBack:
             )
         claimed = [_claimed(row) for row in rows]
         self._count_claimed(claimed)
-        _report_ended(rows)
+        _report_ended(rows, self._context.meter)
         return claimed
 
     async def dispatch(
@@ -198,7 +198,7 @@ class CheckBack:
         await self._finish_database_check(claimed, answer)
         failed = answer.committed is None
         outcome = "failed" if failed else "committed" if answer.committed else "rolled_back"
-        metrics.CHECK_BACKS_DATABASE.labels(outcome=outcome).inc()
+        self._context.meter.database_check_back(outcome)
         if failed:
             result.database_failures += 1
             log.info(
@@ -209,7 +209,7 @@ class CheckBack:
             )
             return
         result.asked_database += 1
-        metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.DATABASE.value).inc()
+        self._context.meter.check_backs_dispatched(DispatchMode.DATABASE)
         resolution = Resolution.COMMIT if answer.committed else Resolution.ROLLBACK
         await self._end_from_push(claimed, resolution)
 
@@ -239,7 +239,7 @@ class CheckBack:
             result.push_failures += 1
             return
         result.pushed += 1
-        metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.PUSH.value).inc()
+        self._context.meter.check_backs_dispatched(DispatchMode.PUSH)
         if outcome.resolution is not None:
             result.resolved_by_push += 1
             await self._end_from_push(claimed, outcome.resolution)
@@ -258,8 +258,10 @@ class CheckBack:
     async def _finish_push(self, claimed: ClaimedCheck, outcome: push.PushOutcome) -> None:
         async with self._context.pool.connection() as conn:
             await push.finish(conn, claimed, outcome)
+        if outcome.answered_unknown:  # commit and rollback are counted where they end it
+            self._context.meter.check_back_answered(Resolution.UNKNOWN)
         if not outcome.delivered:
-            metrics.CHECK_BACK_PUSH_FAILURES.inc()
+            self._context.meter.check_back_push_failed()
             log.info(
                 "check-back of transaction %s to %s failed: %s",
                 claimed.transaction_id,
@@ -297,16 +299,8 @@ class CheckBack:
 
     def _count_claimed(self, claimed: list[ClaimedCheck]) -> None:
         actions = [c.action for c in claimed]
-        metrics.CHECK_BACKS_CLAIMED.inc(actions.count(ClaimAction.CHECK))
-        metrics.count_resolution(
-            MessageState.DISCARDED, Source.DISCARD, actions.count(ClaimAction.DISCARD)
-        )
-        metrics.count_resolution(
-            MessageState.EXPIRED, Source.EXPIRY, actions.count(ClaimAction.EXPIRE)
-        )
-        waiting = actions.count(ClaimAction.WAIT)
-        if waiting:
-            metrics.CHECK_BACKS_WITHOUT_PRODUCER.inc(waiting)
+        self._context.meter.check_backs_claimed(actions.count(ClaimAction.CHECK))
+        self._context.meter.check_backs_without_producer(actions.count(ClaimAction.WAIT))
 
     # --- pull -----------------------------------------------------------------
     async def poll(
@@ -362,8 +356,7 @@ class CheckBack:
                 "take_check_requests",
                 {"producer_group": producer_group, "instance_id": instance_id, "limit": limit},
             )
-        if rows:
-            metrics.CHECK_BACKS_DISPATCHED.labels(via=DispatchMode.PULL.value).inc(len(rows))
+        self._context.meter.check_backs_dispatched(DispatchMode.PULL, len(rows))
         return [_request(row) for row in rows]
 
     # --- operator -------------------------------------------------------------
@@ -377,15 +370,8 @@ class CheckBack:
         async with self._context.pool.connection() as conn:
             result = await operator.resolve(conn, offset, resolution)
         if result.changed:
-            metrics.count_resolution(result.state, Source.OPERATOR)
+            self._context.meter.resolved(result.state, Source.OPERATOR, None)
         return result
-
-    # --- metrics --------------------------------------------------------------
-    async def refresh_gauges(self) -> None:
-        """Read the pool's gauges (at scrape time); the database's come from the overview."""
-        # Before asking the pool for a connection: when it has none to give,
-        # this scrape shows the requests waiting for one (this one is not yet).
-        metrics.set_pool_stats(self._context.pool.get_stats())
 
 
 def _request(row: dict[str, Any]) -> CheckRequest:
@@ -409,14 +395,15 @@ _ENDED_BY = {
 }
 
 
-def _report_ended(rows: list[dict[str, Any]]) -> None:
-    """Time and log the half messages a claim discarded or expired (committed by then)."""
+def _report_ended(rows: list[dict[str, Any]], meter: Meter) -> None:
+    """Count, time and log the half messages a claim discarded or expired (committed by
+    then)."""
     for row in rows:
         ended = _ENDED_BY.get(row["action"])
         if ended is None:
             continue
         state, source = ended
-        metrics.observe_resolution_latency(state, source, row["age_seconds"])
+        meter.resolved(state, source, row["age_seconds"])
         log.info(
             "transaction %s %s after %d check-backs, %.0f s after its prepare",
             row["transaction_id"],

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
-from coordinator import metrics
 from coordinator.core.configs import DeliveryConfig
 from coordinator.core.context import CoreContext
 from coordinator.core.delivery.notify import notify_consumer_group
@@ -146,7 +145,7 @@ class Receiving:
         received = [_received(row) for row in rows if not row["dead_lettered"]]
         if len(received) < len(rows):
             _log_dead_lettered(rows)
-        metrics.count_redeliveries(
+        self._context.meter.redelivered(
             params["consumer_group"],
             sum(1 for m in received if m.delivery_attempt > 1),
             self._config.max_metric_label_values,

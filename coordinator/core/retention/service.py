@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from coordinator import metrics
 from coordinator.core.context import CoreContext
 from coordinator.core.retention import rounds
 from coordinator.core.retention.config import RetentionConfig
@@ -109,23 +108,8 @@ class Retention:
 
     def _report(self, result: RetentionResult) -> None:
         """Metrics, and log lines for what a person should know."""
-        most = self.config.max_metric_label_values
-        for kind, amount in result.removed.items():
-            if amount:
-                metrics.RETENTION_REMOVED.labels(kind=kind).inc(amount)
-        for group, lost in result.unacked.items():
-            metrics.count_unacked_dropped(group, lost, most)
+        self._context.meter.retention_round(result, self.config.max_metric_label_values)
         self._report_lost(result)
-        if result.started_at is not None:
-            metrics.RETENTION_LAST_ROUND.labels(figure="started").set(result.started_at.timestamp())
-        metrics.RETENTION_LAST_ROUND.labels(figure="seconds").set(result.duration_seconds)
-        for table in result.tables:
-            metrics.TABLE_FIGURES.labels(table=table.table, figure="bytes").set(table.bytes)
-            metrics.TABLE_FIGURES.labels(table=table.table, figure="rows").set(table.rows)
-            metrics.TABLE_FIGURES.labels(table=table.table, figure="oldest_age_seconds").set(
-                table.oldest_age_seconds or 0.0
-            )
-        metrics.IDLE_CONSUMER_GROUPS.set(len(result.idle_groups))
         self._report_idle(result)
         if result.removed_anything:
             removed = result.removed
