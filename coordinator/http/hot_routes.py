@@ -310,7 +310,7 @@ class HotRoutes:
         chunks: list[bytes] = []
         size = 0
         while True:
-            message: dict[str, Any] = await receive()
+            message: Message = await receive()
             if message["type"] == "http.disconnect":
                 raise _ClientLeft
             chunk = message.get("body", b"")

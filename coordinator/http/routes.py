@@ -12,14 +12,14 @@ Every route but /health takes the request's principal (security.principal:
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 
 from coordinator.core import Coordinator
 from coordinator.core.transactions import recall_topic
 from coordinator.domain.access import Principal
-from coordinator.domain.messages import EndRequest
+from coordinator.domain.messages import EndRequest, EndResult, RecallResult, SendResult
 from coordinator.domain.rules import ID_MAX_LENGTH, OFFSET_MAX
 from coordinator.http.fields import GroupName, MessageId, Topic
 from coordinator.http.openapi import DocumentedRoute, described, example
@@ -98,7 +98,7 @@ async def health(response: Response, core: Coordinator = Depends(coordinator)) -
     tags=["transactions"],
     summary="Send a half (prepared) message",
 )
-async def prepare(core: Coordinator, caller: Principal, body: MessageIn) -> Any:
+async def prepare(core: Coordinator, caller: Principal, body: MessageIn) -> SendResult:
     caller.require_produce(body.topic, body.producer_group)
     return await core.transactions.prepare(body.to_message())
 
@@ -113,7 +113,9 @@ async def prepare(core: Coordinator, caller: Principal, body: MessageIn) -> Any:
     tags=["transactions"],
     summary="Send many half messages in one database transaction",
 )
-async def prepare_batch(core: Coordinator, caller: Principal, body: BatchIn) -> Any:
+async def prepare_batch(
+    core: Coordinator, caller: Principal, body: BatchIn
+) -> dict[str, list[SendResult]]:
     _require_produce_all(caller, body)
     results = await core.transactions.prepare_batch([m.to_message() for m in body.messages])
     return {"results": results}
@@ -137,7 +139,7 @@ async def prepare_batch(core: Coordinator, caller: Principal, body: BatchIn) -> 
     tags=["transactions"],
     summary="Commit, roll back, or report UNKNOWN for a half message",
 )
-async def end(core: Coordinator, caller: Principal, body: EndIn, transaction_id: str) -> Any:
+async def end(core: Coordinator, caller: Principal, body: EndIn, transaction_id: str) -> EndResult:
     # The core refuses a group that is not the message's own (409), so a
     # token can end, and answer check-backs of, its own groups' messages only.
     caller.require_producer_group(body.producer_group)
@@ -161,7 +163,9 @@ async def end(core: Coordinator, caller: Principal, body: EndIn, transaction_id:
     tags=["transactions"],
     summary="End many transactions in one database transaction, each with its own outcome",
 )
-async def end_batch(core: Coordinator, caller: Principal, body: EndBatchIn) -> Any:
+async def end_batch(
+    core: Coordinator, caller: Principal, body: EndBatchIn
+) -> dict[str, list[EndBatchItemOut]]:
     # All or nothing, before anything is ended: a batch naming a group the
     # token may not act for is refused whole (403), like a batch send.
     for group in dict.fromkeys(item.producer_group for item in body.requests):
@@ -215,7 +219,7 @@ async def get_by_transaction(
     tags=["messages"],
     summary="Send a normal (non-transactional) message",
 )
-async def send(core: Coordinator, caller: Principal, body: MessageIn) -> Any:
+async def send(core: Coordinator, caller: Principal, body: MessageIn) -> SendResult:
     caller.require_produce(body.topic, body.producer_group)
     return await core.transactions.send(body.to_message())
 
@@ -229,7 +233,9 @@ async def send(core: Coordinator, caller: Principal, body: MessageIn) -> Any:
     responses=described(ID_REUSED),
     tags=["messages"],
 )
-async def send_batch(core: Coordinator, caller: Principal, body: BatchIn) -> Any:
+async def send_batch(
+    core: Coordinator, caller: Principal, body: BatchIn
+) -> dict[str, list[SendResult]]:
     _require_produce_all(caller, body)
     results = await core.transactions.send_batch([m.to_message() for m in body.messages])
     return {"results": results}
@@ -251,7 +257,7 @@ async def send_batch(core: Coordinator, caller: Principal, body: BatchIn) -> Any
     tags=["messages"],
     summary="Recall a delay or timer message before its delivery time",
 )
-async def recall(core: Coordinator, caller: Principal, body: RecallIn) -> Any:
+async def recall(core: Coordinator, caller: Principal, body: RecallIn) -> RecallResult:
     caller.require_produce(recall_topic(body.recall_handle), None)
     return await core.transactions.recall(body.recall_handle, topic=body.topic)
 
