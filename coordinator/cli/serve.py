@@ -27,11 +27,11 @@ from coordinator.cli.common import (
     settings_with_flags,
 )
 from coordinator.config import Settings, env_name
-from coordinator.core.configs import is_loopback
 from coordinator.db.queries import execute_sync
 from coordinator.db.ready import describe_database
 from coordinator.db.urls import libpq_url, redact
 from coordinator.domain.errors import DoorFailed
+from coordinator.domain.hosts import is_loopback
 from coordinator.node.process import serve_node
 from coordinator.node.workers import serve_workers
 

@@ -9,7 +9,6 @@ depends on is written in its config, and a test builds one with a few values.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +17,7 @@ from coordinator.config import Settings
 from coordinator.core.retention.config import RetentionConfig
 from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
+from coordinator.domain.hosts import is_loopback
 
 # Where a node keeps the check sources' key when no setting gives it.
 CHECK_SOURCE_KEY_FILE = "check-source.key"
@@ -97,16 +97,6 @@ class AuthConfig:
     # Whether the server may serve without tokens (see auth.py).
     open_allowed: bool
     limits: LimitsConfig
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a listen address is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def open_allowed(settings: Settings) -> bool:
