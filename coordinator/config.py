@@ -27,6 +27,7 @@ from coordinator.domain.database_urls import redact
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
 from coordinator.domain.hosts import host_patterns
 from coordinator.domain.immunity import longest_check_immunity
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 
 MIB = 1024 * 1024
 ENV_PREFIX = "COORDINATOR_"
@@ -362,10 +363,11 @@ class Settings(BaseSettings):
     )
     tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
     max_long_poll_seconds: float = Field(
-        default=60.0,
+        default=LONGEST_POLL_SECONDS,
         gt=0,
-        le=60,
-        description="Longest wait of a long poll (receive, check requests); at most 60.",
+        le=LONGEST_POLL_SECONDS,
+        description="Longest wait of a long poll (receive, check requests); "
+        f"at most {LONGEST_POLL_SECONDS:g}.",
     )
     max_long_polls_per_token: int = Field(
         default=64,
@@ -462,11 +464,6 @@ class Settings(BaseSettings):
         # relative path carried around would name another database wherever a
         # later step (a worker, a command run elsewhere) looked it up.
         return path.expanduser().resolve()
-
-    @property
-    def resolved_retention(self) -> float:
-        """Hours a resolved message is kept: its own setting, else retention_hours."""
-        return self.resolved_retention_hours or self.retention_hours
 
     @property
     def max_check_immunity_seconds(self) -> float:

@@ -18,7 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
 from coordinator.domain.access import Principal
-from coordinator.domain.rules import MAX_POLL_REQUESTS, MAX_POLL_WAIT_SECONDS
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
+from coordinator.domain.rules import MAX_POLL_REQUESTS
 from coordinator.http.checkback_schemas import (
     CheckRequestOut,
     CheckSourceIn,
@@ -127,7 +128,7 @@ async def poll_checks(
     request: Request,
     producer_group: ProducerGroupPath,
     instance_id: InstancePath,
-    wait_seconds: float = Query(default=20.0, ge=0, le=MAX_POLL_WAIT_SECONDS),
+    wait_seconds: float = Query(default=20.0, ge=0, le=LONGEST_POLL_SECONDS),
     max_requests: int = Query(default=32, ge=1, le=MAX_POLL_REQUESTS),
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
@@ -158,7 +159,7 @@ async def prometheus_metrics(
     request: Request, core: Coordinator = Depends(coordinator)
 ) -> Response:
     # Not Depends(principal): with metrics_open a scraper sends no token at all.
-    if not request.app.state.settings.metrics_open:
+    if not core.configs.http.metrics_open:
         authenticator: Authenticator = request.app.state.authenticator
         authenticator.authenticate(request.headers.get("authorization")).require_metrics()
     await core.checkback.refresh_gauges()
@@ -166,7 +167,7 @@ async def prometheus_metrics(
     # storage (the retention rounds set those gauges).
     set_database_gauges(
         await core.overview.read(minutes=0, storage=False),
-        request.app.state.settings.max_metric_label_values,
+        core.configs.http.max_metric_label_values,
     )
     return Response(content=exposition(), media_type=CONTENT_TYPE_LATEST)
 
