@@ -22,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES
+from coordinator.domain.check_urls import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_CHECK_ANSWER_BYTES
 from coordinator.domain.database_urls import redact
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
 from coordinator.domain.hosts import host_patterns
@@ -264,7 +264,7 @@ class Settings(BaseSettings):
         "a larger one is a failed push.",
     )
     check_push_max_age_seconds: float = Field(
-        default=300.0,
+        default=DEFAULT_MAX_AGE_SECONDS,
         gt=0,
         description="A push producer refuses a signed check request older than this (replays).",
     )
