@@ -16,7 +16,7 @@ defaults are the settings' own, and a test takes them from `Settings`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -150,7 +150,7 @@ def _secret(value: Any) -> str | None:
 
 # The config fields that are not one setting of their name: each worked out
 # from the settings listed, in one place.
-DERIVED: Mapping[str, tuple[tuple[str, ...], Any]] = {
+DERIVED: Mapping[str, tuple[tuple[str, ...], Callable[[Settings], Any]]] = {
     "max_check_immunity_seconds": (
         ("retention_hours", "check_interval_seconds"),
         lambda s: s.max_check_immunity_seconds,
