@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.domain.access import Principal
 from coordinator.domain.delivery import (
     AckOutcome,
@@ -70,9 +70,9 @@ class Consuming(DoorPart):
     """The consumers' RPCs, each a thin call into the core's delivery."""
 
     def __init__(
-        self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
+        self, core: Coordinator, authenticator: Authenticator, config: GrpcDoorConfig, stubs: Stubs
     ) -> None:
-        super().__init__(core, authenticator, settings, stubs)
+        super().__init__(core, authenticator, config, stubs)
         # (group, topic) -> filter last written, so that a receive which
         # restates an unchanged subscription costs no database round trip.
         self._subscribed: dict[tuple[str, str], tuple[str, FilterType]] = {}
@@ -165,7 +165,7 @@ class Consuming(DoorPart):
         )
         if wait < 0:
             raise DoorError("ILLEGAL_POLLING_TIME", f"long polling timeout {wait:g} s is negative")
-        wait = min(wait, self.settings.max_long_poll_seconds)
+        wait = min(wait, self.config.max_long_poll_seconds)
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, remaining - RECEIVE_ANSWER_MARGIN_SECONDS)

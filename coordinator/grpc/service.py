@@ -20,9 +20,9 @@ answering with a status, is `calls.py`.
 
 from __future__ import annotations
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.grpc.assignment import Assignments
 from coordinator.grpc.consuming import Consuming
 from coordinator.grpc.producing import Producing
@@ -43,7 +43,7 @@ class MessagingService:
         self,
         core: Coordinator,
         authenticator: Authenticator,
-        settings: Settings,
+        settings: GrpcDoorConfig,
         stubs: Stubs,
         *,
         port: int,

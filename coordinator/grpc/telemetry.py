@@ -36,9 +36,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.domain.access import Principal
 from coordinator.domain.errors import CoordinatorError, PermissionDenied
 from coordinator.grpc.calls import Caller, DoorPart
@@ -53,9 +53,9 @@ class TelemetryDoor(DoorPart):
     """Every open Telemetry stream of this server, by client id."""
 
     def __init__(
-        self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
+        self, core: Coordinator, authenticator: Authenticator, config: GrpcDoorConfig, stubs: Stubs
     ) -> None:
-        super().__init__(core, authenticator, settings, stubs)
+        super().__init__(core, authenticator, config, stubs)
         self.on_subscription: Subscribe | None = None
         self._streams: dict[str, set[TelemetryStream]] = {}
         self._cleanups: set[asyncio.Task[None]] = set()

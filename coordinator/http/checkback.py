@@ -15,7 +15,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from coordinator.core import Coordinator
 from coordinator.domain.access import Principal
-from coordinator.domain.rules import MAX_POLL_REQUESTS, MAX_POLL_WAIT_SECONDS
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
+from coordinator.domain.rules import MAX_POLL_REQUESTS
 from coordinator.http.checkback_schemas import (
     CheckRequestOut,
     CheckSourceIn,
@@ -123,7 +124,7 @@ async def poll_checks(
     request: Request,
     producer_group: ProducerGroupPath,
     instance_id: InstancePath,
-    wait_seconds: float = Query(default=20.0, ge=0, le=MAX_POLL_WAIT_SECONDS),
+    wait_seconds: float = Query(default=20.0, ge=0, le=LONGEST_POLL_SECONDS),
     max_requests: int = Query(default=32, ge=1, le=MAX_POLL_REQUESTS),
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -66,6 +67,8 @@ TRANSACTIONS = TransactionsConfig(
     transaction_timeout_seconds=6.0,
     group_commit_max_batch=50,
     group_commit_max_inflight=1,
+    group_commit_linger_seconds=0.0,
+    max_delay_seconds=3600.0,
 )
 CHECK_BACK = CheckBackConfig(
     producer_ttl_seconds=30.0,
@@ -81,6 +84,10 @@ CHECK_BACK = CheckBackConfig(
     max_inflight_dispatches=4,
     max_long_poll_seconds=60.0,
     check_poll_fallback_seconds=0.1,
+    max_check_answer_bytes=4096,
+    check_push_secret=None,
+    check_source_key="alone",
+    check_source_key_file=Path("unused.key"),
 )
 
 
@@ -96,7 +103,12 @@ def _insert_half_message(db: psycopg.Connection) -> int:
 
 
 async def test_delivery_works_from_its_context_alone(context: CoreContext) -> None:
-    delivery = Delivery(context, DeliveryConfig(max_long_poll_seconds=5.0))
+    delivery = Delivery(
+        context,
+        DeliveryConfig(
+            max_long_poll_seconds=5.0, max_subscriptions_per_group=4, max_metric_label_values=10
+        ),
+    )
     subscribed = await delivery.subscribe("billing", TOPIC, "created || paid")
     assert subscribed.created and subscribed.subscription.tags == ("created", "paid")
     assert [s.topic for s in await delivery.subscriptions("billing")] == [TOPIC]
@@ -129,7 +141,12 @@ async def test_transactions_work_from_their_context_and_config_alone(
 
 async def test_tokens_overview_and_authenticator_work_alone(context: CoreContext) -> None:
     created = await Tokens(context).create("alone", Grants(admin=True))
-    overview = await OverviewReader(context, OverviewConfig(producer_ttl_seconds=30.0)).read(0)
+    overview = await OverviewReader(
+        context,
+        OverviewConfig(
+            producer_ttl_seconds=30.0, idle_consumer_group_hours=1.0, retention_enabled=False
+        ),
+    ).read(0)
     assert overview.pending == 0
     limits = LimitsConfig(rate_limit_per_second=0, rate_limit_burst=1, max_long_polls_per_token=1)
     config = AuthConfig(token_refresh_seconds=60.0, open_allowed=True, limits=limits)
@@ -185,7 +202,7 @@ async def test_a_disabled_scheduler_runs_nothing() -> None:
     async def run_round() -> RoundResult:
         raise AssertionError("a disabled scheduler ran a round")
 
-    config = SchedulerConfig(enabled=False, scan_interval_seconds=0.01)
+    config = SchedulerConfig(check_scheduler_enabled=False, check_scan_interval_seconds=0.01)
     async with running_check_scheduler(run_round, config) as scheduler:
         await asyncio.sleep(0.1)
     assert scheduler is None

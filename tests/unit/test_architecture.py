@@ -30,9 +30,11 @@ ALLOWED: dict[str, set[str]] = {
     "logs": set(),
     "db": {"domain", "config", "db"},
     "core": {"domain", "config", "metrics", "db", "core"},
-    # The doors are peers: each takes the core, none imports another.
-    "grpc": {"domain", "config", "metrics", "logs", "core", "grpc"},
-    "http": {"domain", "config", "metrics", "logs", "core", "views", "http"},
+    # The doors are peers: each takes the core, none imports another. Neither
+    # reads `Settings` (config): each reads its own config, which
+    # core/configs.py builds with the services' (`core.configs.http`).
+    "grpc": {"domain", "metrics", "logs", "core", "grpc"},
+    "http": {"domain", "metrics", "logs", "core", "views", "http"},
     # What the core holds, as JSON: the doors answer with these models and the
     # CLI's --json prints them, so they belong to neither.
     "views": {"domain", "views"},
@@ -364,7 +366,7 @@ def _names_settings(path: Path) -> list[int]:
 
 def test_core_services_never_receive_the_settings() -> None:
     # The Coordinator, which `connect` builds from the settings, hands them to
-    # configs.py and keeps them for the doors; no service is given them.
+    # configs.py and keeps the configs (the doors' too); no service is given them.
     allowed = SETTINGS_READERS_IN_CORE | {"coordinator.core.coordinator"}
     found = {
         f"{name}:{line}"

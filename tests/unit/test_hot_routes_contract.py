@@ -35,6 +35,7 @@ from coordinator.http import create_app, routes
 from coordinator.http.hot_routes import HotRoute, HotRoutes, api_routes
 from coordinator.http.schemas import ErrorOut
 from coordinator.http.security import principal
+from tests.configs import configs
 from tests.conftest import LiveServer
 from tests.factories import GROUP, TOPIC
 
@@ -46,7 +47,7 @@ EXPECTED_HOT = {"prepare", "prepare_batch", "end", "end_batch", "send", "send_ba
 @pytest.fixture(scope="module")
 def served() -> HotRoutes:
     # The app is only built here: it opens nothing (the node attaches the core).
-    return create_app()
+    return create_app(configs().http)
 
 
 def _hot_routes(served: HotRoutes) -> list[tuple[str, HotRoute]]:

@@ -48,8 +48,9 @@ from coordinator.domain.checkback import (
     RoundResult,
 )
 from coordinator.domain.errors import CoordinatorError
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 from coordinator.domain.messages import EndRequest
-from coordinator.domain.rules import MAX_POLL_WAIT_SECONDS, check_poll
+from coordinator.domain.rules import check_poll
 from coordinator.domain.states import DispatchMode, MessageState, Resolution, Source
 from coordinator.metrics import Meter
 
@@ -320,7 +321,7 @@ class CheckBack:
         check_poll(
             wait_seconds,
             max_requests,
-            high=min(MAX_POLL_WAIT_SECONDS, config.max_long_poll_seconds),
+            high=min(LONGEST_POLL_SECONDS, config.max_long_poll_seconds),
         )
         async with self._context.pool.connection() as conn:
             await registry.heartbeat(

@@ -28,12 +28,12 @@ from coordinator.domain.errors import (
     NotFound,
     ReceiptHandleStale,
 )
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 from coordinator.domain.rules import (
     DEFAULT_INVISIBLE_SECONDS,
     DEFAULT_MAX_MESSAGES,
     MAX_ACK_BATCH,
     MAX_MESSAGES_LIMIT,
-    MAX_WAIT_SECONDS,
     check_consumer_group,
     check_count,
     check_invisible_seconds,
@@ -79,7 +79,7 @@ class Receiving:
         check_count("max messages", max_messages, MAX_MESSAGES_LIMIT)
         check_invisible_seconds(invisible_seconds)
         # The server may hold long polls for less than the protocol allows.
-        longest = min(MAX_WAIT_SECONDS, self._config.max_long_poll_seconds)
+        longest = min(LONGEST_POLL_SECONDS, self._config.max_long_poll_seconds)
         check_seconds("wait time", wait_seconds, low=0, high=longest, allow_zero=True)
         async with self._context.pool.connection() as conn:
             row = await fetch_one(

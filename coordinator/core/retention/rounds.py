@@ -65,7 +65,7 @@ async def delete_dead_letters(
         conn,
         "retention_delete_dead_letters",
         {"cutoff": cutoff},
-        config.batch_size,
+        config.retention_batch_size,
         "consumer_group",
         stopping,
     )
@@ -84,7 +84,7 @@ async def delete_unacked(
         conn,
         "retention_delete_unacked_deliveries",
         {"cutoff": cutoff},
-        config.batch_size,
+        config.retention_batch_size,
         "consumer_group",
         stopping,
     )
@@ -111,11 +111,11 @@ async def delete_resolved(
     # Counted from the resolution, which is never before the birth: a
     # message past both bounds is also past the duplicate window from its
     # birth, so no message within reach is held back by the window alone.
-    cutoff = now - _hours(max(config.resolved_retention_hours, config.duplicate_window))
+    cutoff = now - _hours(max(config.resolved_retention, config.duplicate_window))
     params: dict[str, object] = {
         "cutoff": cutoff,
         "born_before": now - _hours(config.duplicate_window),
-        "batch_size": config.batch_size,
+        "batch_size": config.retention_batch_size,
     }
     removed: collections.Counter[str] = collections.Counter()
     try:
@@ -124,7 +124,7 @@ async def delete_resolved(
                 conn, "retention_delete_resolved_messages", {**params, "since": since}
             )
             removed.update(row["state"] for row in rows)
-            if len(rows) < config.batch_size:
+            if len(rows) < config.retention_batch_size:
                 return cutoff  # walked up to the cutoff
             # Full: everything resolved before its newest row was deleted or held.
             since = max(row["resolved_at"] for row in rows)
@@ -156,8 +156,8 @@ async def idle_groups(
     names = [idle.consumer_group for idle in result.idle_groups]
     # One statement per batch of groups; their deliveries go with their
     # subscriptions, in the same statement.
-    for first in range(0, len(names), config.batch_size):
-        batch = names[first : first + config.batch_size]
+    for first in range(0, len(names), config.retention_batch_size):
+        batch = names[first : first + config.retention_batch_size]
         removed = await fetch_all(
             conn, "retention_remove_consumer_groups", {"consumer_groups": batch, "cutoff": cutoff}
         )
