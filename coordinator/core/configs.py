@@ -181,6 +181,6 @@ def _named_alike(config: type[Config], settings: Settings, **others: Any) -> Con
     """A config whose fields are the settings of the same names, but for `others`."""
     values = {
         each.name: others[each.name] if each.name in others else getattr(settings, each.name)
-        for each in fields(config)  # type: ignore[arg-type]
+        for each in fields(config)  # type: ignore[arg-type]  # a config type is a dataclass
     }
     return config(**values)

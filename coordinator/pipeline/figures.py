@@ -197,7 +197,7 @@ def percentiles(values: np.ndarray, fractions: Sequence[float]) -> list[float | 
     positions = [fraction * (count - 1) for fraction in fractions]
     ranks = sorted({math.floor(p) for p in positions} | {math.ceil(p) for p in positions})
     ordered = np.partition(values, ranks)
-    found = []
+    found: list[float | None] = []
     for position in positions:
         low, high = math.floor(position), math.ceil(position)
         first, second = float(ordered[low]), float(ordered[high])
@@ -234,7 +234,7 @@ def _list_parts(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 
 def _figures(
     table: pa.Table, starts: np.ndarray, as_of_us: int
-) -> dict[str, list[object] | np.ndarray]:
+) -> dict[str, Sequence[object] | np.ndarray]:
     """The figure columns of each run of rows beginning at `starts` (a sorted table)."""
     ends = np.append(starts[1:], table.num_rows)
     counts = {
