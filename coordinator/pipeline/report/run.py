@@ -108,19 +108,19 @@ def database_now(url: str) -> datetime:
     less its replication lag on a standby (read_database_url), so that hours are closed
     and ages counted by what the rows read say."""
     with psycopg.connect(url) as conn:
-        return _value(conn, "data_complete_until")
+        return _value(execute_sync(conn, "data_complete_until"))
 
 
 def _database_facts(url: str) -> DatabaseFacts:
     with psycopg.connect(url) as conn:
-        now = _value(conn, "data_complete_until")
-        identity = _value(conn, "pipeline_database_identity")
+        now = _value(execute_sync(conn, "data_complete_until"))
+        identity = _value(execute_sync(conn, "pipeline_database_identity"))
     return DatabaseFacts(now=now, identity=identity)
 
 
-def _value(conn: psycopg.Connection[Any], name: str) -> Any:
+def _value(cursor: psycopg.Cursor[Any]) -> Any:
     """The one value of a statement that returns one row of one column."""
-    row = execute_sync(conn, name).fetchone()
+    row = cursor.fetchone()
     assert row is not None
     return row[0]
 
