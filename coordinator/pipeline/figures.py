@@ -3,8 +3,8 @@
 Input columns: id, producer_group, topic, state, check_count, born_at,
 resolved_at (and `from_archive`, which says where a row was read). The same
 figures as SQL are the named queries `pipeline_report_reference` (per hour),
-`pipeline_report_reference_totals` and `pipeline_report_reference_checks`;
-the tests hold the two to each other.
+`pipeline_report_reference_totals` and `pipeline_report_reference_checks`
+of bench/report_figures.sql; the tests hold the two to each other.
 
 1. Over the rows, in parallel slices (`reduce_rows`: in Spark's Python
    workers, report/spark.py, or in threads of the command, report/arrow.py):
