@@ -121,17 +121,49 @@ def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
     return next((k.value for k in call.keywords if k.arg == keyword), None)
 
 
+def _parameter_position(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, node: ast.expr | None
+) -> tuple[int, str] | None:
+    """Where `node`, if it is one of `function`'s parameters, is among its arguments."""
+    if not isinstance(node, ast.Name):
+        return None
+    positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+    if node.id in positional:
+        return positional.index(node.id), node.id
+    if node.id in (a.arg for a in function.args.kwonlyargs):
+        return -1, node.id
+    return None
+
+
+def _called_argument(
+    call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef, at: tuple[int, str]
+) -> ast.expr | None:
+    position, keyword = at
+    first = function.args.args[0].arg if function.args.args else None
+    if isinstance(call.func, ast.Attribute) and first in ("self", "cls"):
+        position -= 1  # bound: self is not among the call's arguments
+    if position < 0:  # keyword-only
+        return next((k.value for k in call.keywords if k.arg == keyword), None)
+    return _argument(call, position, keyword)
+
+
+@dataclass
+class _Call:
+    node: ast.Call
+    enclosing: str
+    function: ast.FunctionDef | ast.AsyncFunctionDef | None
+
+
 class _Finder(ast.NodeVisitor):
-    def __init__(self, path: Path, aliases: dict[str, str], constants: dict[str, str]) -> None:
-        self.path = path
-        self.aliases = aliases
-        self.constants = constants
-        self.scopes: list[tuple[str, ast.AST]] = []
-        self.sites: list[CallSite] = []
+    """Every call of the file with the function it is in."""
+
+    def __init__(self) -> None:
+        self.scopes: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        self.calls: list[_Call] = []
         self.beside: dict[int, ast.Call] = {}  # query(...) calls by id -> the call given them
 
     def _scope(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        self.scopes.append((node.name, node))
+        self.scopes.append(node)
         self.generic_visit(node)
         self.scopes.pop()
 
@@ -139,31 +171,90 @@ class _Finder(ast.NodeVisitor):
     visit_AsyncFunctionDef = _scope
 
     def visit_Call(self, node: ast.Call) -> None:
-        if node.args and isinstance(node.args[0], ast.Call):
-            self.beside[id(node.args[0])] = node
-        function = self.aliases.get(node.func.id) if isinstance(node.func, ast.Name) else None
-        if function is not None:
-            enclosing, scope = self.scopes[-1] if self.scopes else ("<module>", None)
-            position = LAYER[function]
-            name_node = _argument(node, position, "name")
-            name = _literal(name_node, self.constants)
-            if function == "query":
-                outer = self.beside.get(id(node))
-                params = _params(_argument(outer, 1, "params"), scope or outer) if outer else None
-            else:
-                params = _params(_argument(node, position + 1, "params"), scope or node)
-            self.sites.append(CallSite(self.path, node.lineno, function, enclosing, name, params))
+        if (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr == "execute"
+            and node.args
+            and isinstance(node.args[0], ast.Call)
+        ):
+            self.beside[id(node.args[0])] = node  # conn.execute(query("name"), params)
+        function = self.scopes[-1] if self.scopes else None
+        enclosing = function.name if function else "<module>"
+        self.calls.append(_Call(node, enclosing, function))
         self.generic_visit(node)
 
 
+def _callee(call: ast.Call) -> str | None:
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return None
+
+
 def call_sites(path: Path, root: Path) -> list[CallSite]:
+    """The file's calls of the layer.
+
+    A function that passes its own parameter on as the name or the parameters
+    (a small wrapper: `_drain(conn, name, params)`) is read at its calls in the
+    same file instead, each with the literal it is given there.
+    """
     tree = ast.parse(path.read_text(), str(path))
     aliases = _layer_aliases(tree)
     if not aliases:
         return []
-    finder = _Finder(path.relative_to(root), aliases, _module_constants(tree))
+    constants = _module_constants(tree)
+    finder = _Finder()
     finder.visit(tree)
-    return finder.sites
+    where = path.relative_to(root)
+    sites: list[CallSite] = []
+    for call in finder.calls:
+        callee = _callee(call.node)
+        layer = aliases.get(callee) if isinstance(call.node.func, ast.Name) and callee else None
+        if layer is None:
+            continue
+        position = LAYER[layer]
+        name_node = _argument(call.node, position, "name")
+        if layer == "query":
+            outer = finder.beside.get(id(call.node))
+            params_node = _argument(outer, 1, "params") if outer else None
+            scope = call.function or outer
+        else:
+            outer = call.node
+            params_node = _argument(call.node, position + 1, "params")
+            scope = call.function or call.node
+        name = _literal(name_node, constants)
+        params = _params(params_node, scope) if outer is not None else None
+        wrapper = call.function
+        name_at = _parameter_position(wrapper, name_node) if wrapper and name is None else None
+        params_at = (
+            _parameter_position(wrapper, params_node)
+            if wrapper and params is None and layer != "query"
+            else None
+        )
+        callers = (
+            [c for c in finder.calls if _callee(c.node) == wrapper.name]
+            if wrapper and (name_at or params_at)
+            else []
+        )
+        if not callers:
+            sites.append(CallSite(where, call.node.lineno, layer, call.enclosing, name, params))
+            continue
+        assert wrapper is not None
+        for caller in callers:
+            given_name = name
+            if name_at:
+                given_name = _literal(_called_argument(caller.node, wrapper, name_at), constants)
+            given_params = params
+            if params_at:
+                given = _called_argument(caller.node, wrapper, params_at)
+                given_params = _params(given, caller.function or caller.node)
+            sites.append(
+                CallSite(
+                    where, caller.node.lineno, layer, caller.enclosing, given_name, given_params
+                )
+            )
+    return sites
 
 
 def all_call_sites(root: Path, folders: tuple[str, ...]) -> Iterator[CallSite]:

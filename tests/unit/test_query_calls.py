@@ -21,20 +21,8 @@ FOLDERS = ("coordinator", "migrations", "tests", "bench")
 # file and function, with where the literal ones are. Keep it short: make a
 # call literal rather than add to it.
 NOT_LITERAL = {
-    ("coordinator/core/delivery/dead_letters.py", "_requeue"): (
-        "params: requeue_one and requeue_dead_letters build the dict"
-    ),
-    ("coordinator/core/delivery/receiving.py", "_claim"): (
-        "params: receive builds the dict and also reads it for waiting and metrics"
-    ),
-    ("coordinator/core/retention/rounds.py", "_drain"): (
-        "name: the delete_* functions of the module pass retention_delete_* names"
-    ),
-    ("coordinator/db/producer_barrier.py", "_statement"): (
-        "name: check_barrier passes barrier_insert_marker and barrier_read_outcome"
-    ),
-    ("coordinator/pipeline/archive.py", "_postgres_sums"): (
-        "name: verify passes pipeline_archive_*_checksums"
+    ("coordinator/pipeline/archive.py", "verify"): (
+        "params: the run's bounds (ArchiveRun.params), the cutoff and max_id of its manifest"
     ),
     ("coordinator/pipeline/report/arrow.py", "__init__"): (
         "name: ReportInput.query_name, set in pipeline/report/run.py"
@@ -112,6 +100,21 @@ def test_a_wrong_call_site_is_found(tmp_path: Path, call: str, expected: str) ->
     assert site.path == Path("planted.py") and site.enclosing == "planted"
     found = problems(site, all_queries())
     assert any(expected in problem for problem in found), found
+
+
+def test_a_wrapper_is_read_at_its_calls(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from coordinator.db.queries import fetch_one\n\n\n"
+        "async def _one(conn, name, params):\n    return await fetch_one(conn, name, params)\n\n\n"
+        "async def planted(conn):\n"
+        '    await _one(conn, "database_exists", {"name": "x"})\n'
+        '    await _one(conn, "database_exists", {"nom": "x"})\n'
+    )
+    right, wrong = call_sites(planted, tmp_path)
+    assert (right.enclosing, right.name, right.line) == ("planted", "database_exists", 9)
+    assert problems(right, all_queries()) == []
+    assert "database_exists takes no ['nom']" in " ".join(problems(wrong, all_queries()))
 
 
 def test_a_block_declares_its_parameters_and_columns() -> None:
