@@ -26,7 +26,7 @@ from psycopg import sql
 from coordinator.db.queries import execute_sync, query
 
 if TYPE_CHECKING:
-    from pgserver import PostgresServer
+    from pgserver.postgres_server import PostgresServer
 
 log = logging.getLogger(__name__)
 
