@@ -198,7 +198,7 @@ Config = TypeVar("Config")
 def _named_alike(config: type[Config], settings: Settings, **others: Any) -> Config:
     """A config whose fields are the settings of the same names, DERIVED ones, or `others`."""
     values = {}
-    for each in fields(config):  # type: ignore[arg-type]
+    for each in fields(config):  # type: ignore[arg-type]  # a config type is a dataclass
         if each.name in others:
             values[each.name] = others[each.name]
         elif each.name in DERIVED:

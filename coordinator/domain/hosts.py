@@ -97,7 +97,7 @@ def host_patterns(value: object) -> tuple[str, ...]:
     """allowed_hosts from a comma-separated string or a list of entries."""
     if value is None:
         return ()
-    entries: Iterable[object] = value.split(",") if isinstance(value, str) else value  # type: ignore[assignment]
+    entries = value.split(",") if isinstance(value, str) else value
     if not isinstance(entries, Iterable):
         raise ValueError("give host names as a list, or one string separated by commas")
     patterns = []

@@ -123,7 +123,7 @@ def answered(response: str) -> Callable[[Handler], Handler]:
                 log.exception("gRPC %s failed", method.__name__)
                 return kind(status=status(self.stubs, "INTERNAL_ERROR", INTERNAL))
 
-        return handler  # type: ignore[return-value]
+        return handler  # type: ignore[return-value]  # functools.wraps keeps method's signature
 
     return wrap
 

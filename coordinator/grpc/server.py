@@ -54,11 +54,13 @@ def handlers(
     for method in descriptor.methods:
         request_type = GetMessageClass(method.input_type)
         response_type = GetMessageClass(method.output_type)
-        make, metered = {
+        # the handler factory (grpc ships no type information) and the metered method
+        handlers: dict[tuple[bool, bool], tuple[Callable[..., Any], Callable[..., Any]]] = {
             (False, False): (grpc.unary_unary_rpc_method_handler, meter.unary),
             (False, True): (grpc.unary_stream_rpc_method_handler, meter.unary_stream),
             (True, True): (grpc.stream_stream_rpc_method_handler, meter.stream),
-        }[(method.client_streaming, method.server_streaming)]
+        }
+        make, metered = handlers[(method.client_streaming, method.server_streaming)]
         built[method.name] = make(
             metered(method.name, getattr(service, method.name)),
             request_deserializer=functools.partial(_parse, request_type),

@@ -179,7 +179,7 @@ def hot_route(route: Any) -> HotRoute:
     for param in dependant.path_params:
         if param.alias != param.name or param.alias not in convertors:
             raise refuse(f"its path parameter {param.name} is not {{{param.name}}} in the path")
-        declared = Annotated[param.field_info.annotation, param.field_info]
+        declared = Annotated[param.field_info.annotation, param.field_info]  # type: ignore[name-defined]  # built at run time, for pydantic
         path_params.append((param.name, TypeAdapter(declared).validator))
     return HotRoute(
         path=route.path,
@@ -279,7 +279,7 @@ class HotRoutes:
             self.state.authenticator.enabled,
         )
         if refused is not None:
-            response = core_error_response(refused)
+            response: Response = core_error_response(refused)
             await response(scope, receive, send)
             answered(scope, REFUSED, response.status_code, started, self.requests)
             return
@@ -296,7 +296,7 @@ class HotRoutes:
             params = None
             if route is None:
                 for candidate in table.templated:
-                    if (found := candidate.pattern.match(path)) is not None:  # type: ignore[union-attr]
+                    if (found := candidate.pattern.match(path)) is not None:  # type: ignore[union-attr]  # a templated route has its pattern
                         route, params = candidate, found.groupdict()
                         break
             if route is not None:
@@ -356,7 +356,7 @@ class HotRoutes:
         if route is not None:
             return route, None
         for route in table.templated:
-            if (found := route.pattern.match(path)) is not None:  # type: ignore[union-attr]
+            if (found := route.pattern.match(path)) is not None:  # type: ignore[union-attr]  # a templated route has its pattern
                 return route, found.groupdict()
         return None
 
@@ -436,7 +436,7 @@ class HotRoutes:
         chunks: list[bytes] = []
         size = 0
         while True:
-            message: dict[str, Any] = await receive()
+            message = await receive()
             if message["type"] == "http.disconnect":
                 raise _ClientLeft
             chunk = message.get("body", b"")

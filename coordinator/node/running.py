@@ -20,7 +20,8 @@ class ServingDoor(Protocol):
     """What a started door gives the node."""
 
     # Finishes only if the door stops by itself (its server failed): the node stops then.
-    ended: Awaitable[None]
+    @property
+    def ended(self) -> Awaitable[None]: ...
 
     def hurry(self) -> None:
         """Stop waiting for the requests in flight (asked twice to stop)."""
@@ -61,8 +62,8 @@ class Node:
         finally:
             stop_asked.cancel()
         for door in ended:
-            if door.done() and not door.cancelled() and door.exception() is not None:
-                raise door.exception()  # type: ignore[misc]
+            if door.done() and not door.cancelled() and (error := door.exception()) is not None:
+                raise error
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from datetime import datetime, timedelta
+from typing import Any
 
 from psycopg import AsyncConnection
 
@@ -27,14 +28,15 @@ def _hours(hours: float) -> timedelta:
     return timedelta(hours=hours)
 
 
-async def clock(conn: AsyncConnection, now: datetime | None) -> datetime:
+async def clock(conn: AsyncConnection[Any], now: datetime | None) -> datetime:
     row = await fetch_one(conn, "retention_clock", {"now": now})
     assert row is not None
-    return row["now"]
+    database_now: datetime = row["now"]
+    return database_now
 
 
 async def _drain(
-    conn: AsyncConnection,
+    conn: AsyncConnection[Any],
     name: str,
     params: dict[str, object],
     batch_size: int,
@@ -54,7 +56,7 @@ async def _drain(
 
 
 async def delete_dead_letters(
-    conn: AsyncConnection,
+    conn: AsyncConnection[Any],
     config: RetentionConfig,
     now: datetime,
     result: RetentionResult,
@@ -73,7 +75,7 @@ async def delete_dead_letters(
 
 
 async def delete_unacked(
-    conn: AsyncConnection,
+    conn: AsyncConnection[Any],
     config: RetentionConfig,
     now: datetime,
     result: RetentionResult,
@@ -92,7 +94,7 @@ async def delete_unacked(
 
 
 async def delete_resolved(
-    conn: AsyncConnection,
+    conn: AsyncConnection[Any],
     config: RetentionConfig,
     now: datetime,
     result: RetentionResult,
@@ -135,14 +137,14 @@ async def delete_resolved(
         result.messages.update(removed)
 
 
-async def mark_received(conn: AsyncConnection, groups: list[str], now: datetime) -> None:
+async def mark_received(conn: AsyncConnection[Any], groups: list[str], now: datetime) -> None:
     """Record the groups this node saw receive since its previous round."""
     if groups:
         await execute(conn, "retention_mark_received", {"groups": groups, "at": now})
 
 
 async def idle_groups(
-    conn: AsyncConnection, config: RetentionConfig, now: datetime, result: RetentionResult
+    conn: AsyncConnection[Any], config: RetentionConfig, now: datetime, result: RetentionResult
 ) -> None:
     """Find the idle consumer groups; remove them when configured to."""
     cutoff = now - _hours(config.idle_consumer_group_hours)
@@ -165,7 +167,7 @@ async def idle_groups(
         result.removed_groups.extend(name for name in batch if name in gone)
 
 
-async def table_figures(conn: AsyncConnection, now: datetime) -> list[TableFigures]:
+async def table_figures(conn: AsyncConnection[Any], now: datetime | None) -> list[TableFigures]:
     rows = await fetch_all(conn, "retention_table_figures", {"now": now})
     return [
         TableFigures(row["name"], int(row["bytes"]), int(row["rows"]), row["oldest_age_seconds"])
