@@ -77,7 +77,7 @@ async def running_node(
     async with (
         Coordinator.connect(database_url, settings, listen=True) as core,
         running_authenticator(core.context, core.configs.auth) as authenticator,
-        running_check_scheduler(core.checkback.run_round, core.configs.scheduler),
+        running_check_scheduler(core.checkback.rounds.run_round, core.configs.scheduler),
         running_retention(core.retention.run_round, core.configs.retention),
         AsyncExitStack() as serving,
     ):
