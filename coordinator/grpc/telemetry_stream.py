@@ -182,7 +182,7 @@ class TelemetryStream:
         for group in new:
             # Registered before the answer: once a client has it, its
             # transactions' check-backs come to this stream.
-            await self.door.core.checkback.heartbeat(group, self.client_id)
+            await self.door.core.checkback.producers.heartbeat(group, self.client_id)
         for group in new:
             self.groups.add(group)
             self._checks[group] = asyncio.create_task(
@@ -246,7 +246,7 @@ class TelemetryStream:
         # Until the core stops: its polls then answer at once, with nothing.
         while not self.door.core.stopping and self.recheck():
             try:
-                requests = await self.door.core.checkback.poll(
+                requests = await self.door.core.checkback.pull.poll(
                     group,
                     self.client_id,
                     wait_seconds=wait,
@@ -285,7 +285,7 @@ class TelemetryStream:
     async def leave(self) -> None:
         for group in self.groups:
             try:
-                await self.door.core.checkback.leave(group, self.client_id)
+                await self.door.core.checkback.producers.leave(group, self.client_id)
             except CoordinatorError as error:
                 # Unreachable database: the instance stops counting as live
                 # after producer_ttl_seconds anyway.

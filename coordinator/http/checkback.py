@@ -66,7 +66,7 @@ async def heartbeat(
     caller: Principal = Depends(principal),
 ) -> ProducerOut:
     caller.require_producer_group(producer_group)
-    producer = await core.checkback.heartbeat(
+    producer = await core.checkback.producers.heartbeat(
         producer_group, instance_id, body.check_url if body else None
     )
     return ProducerOut.of(producer, ttl_seconds=core.configs.checkback.producer_ttl_seconds)
@@ -85,7 +85,7 @@ async def leave(
     caller: Principal = Depends(principal),
 ) -> Response:
     caller.require_producer_group(producer_group)
-    await core.checkback.leave(producer_group, instance_id)
+    await core.checkback.producers.leave(producer_group, instance_id)
     return Response(status_code=204)
 
 
@@ -99,7 +99,7 @@ async def list_producers(
         caller.require_admin("list the producers of every group (give ?producer_group=)")
     else:
         caller.require_producer_group(producer_group)
-    found = await core.checkback.producers(producer_group)
+    found = await core.checkback.producers.instances(producer_group)
     sources = await core.check_sources.list(producer_group)
     ttl = core.configs.checkback.producer_ttl_seconds
     return ProducersOut(
@@ -131,7 +131,7 @@ async def poll_checks(
 ) -> ChecksOut:
     caller.require_producer_group(producer_group)
     with long_poll(request, caller, wait_seconds):
-        requests = await core.checkback.poll(
+        requests = await core.checkback.pull.poll(
             producer_group, instance_id, wait_seconds=wait_seconds, max_requests=max_requests
         )
     return ChecksOut(checks=[CheckRequestOut.of(r) for r in requests])

@@ -82,7 +82,7 @@ async def running_node(
             database_url, settings, listen=True, meter=Meter(process_registry())
         ) as core,
         running_authenticator(core.context, core.configs.auth) as authenticator,
-        running_check_scheduler(core.checkback.run_round, core.configs.scheduler),
+        running_check_scheduler(core.checkback.rounds.run_round, core.configs.scheduler),
         running_retention(core.retention.run_round, core.configs.retention),
         AsyncExitStack() as serving,
     ):

@@ -195,7 +195,7 @@ def seeded(http: httpx.Client, fuzz_database: str) -> None:
 
     async def check_round() -> None:
         async with Coordinator.connect(fuzz_database, SERVER_SETTINGS) as core:
-            await core.checkback.run_round()
+            await core.checkback.rounds.run_round()
 
     asyncio.run(check_round())
 

@@ -2,8 +2,8 @@
 never from a Coordinator nor the Settings.
 
 Each service takes the pool (and the notifier and stop signal) in a
-`CoreContext` and the few values it reads in its own frozen config; CheckBack
-also takes the function that ends a transaction, the scheduler the round it
+`CoreContext` and the few values it reads in its own frozen config; the check-back
+rounds also take the function that ends a transaction, the scheduler the round it
 runs. Each is built here without the object that composes them in production,
 with a config written out by hand.
 """
@@ -18,7 +18,8 @@ import psycopg
 import pytest
 
 from coordinator.core.auth import Authenticator
-from coordinator.core.checkback import CheckBack
+from coordinator.core.checkback.registry import ProducerRegistry
+from coordinator.core.checkback.rounds import CheckRounds
 from coordinator.core.checkback.scheduler import CheckScheduler, running_check_scheduler
 from coordinator.core.configs import (
     AuthConfig,
@@ -170,13 +171,14 @@ async def test_check_back_hands_pushed_answers_to_the_end_function_it_was_given(
             changed=True,
         )
 
-    checkback = CheckBack(context, CHECK_BACK, end)
+    producers = ProducerRegistry(context, CHECK_BACK)
+    rounds = CheckRounds(context, CHECK_BACK, end)
     offset = _insert_half_message(db)
     with PushReceiver(lambda _: (200, {"resolution": "commit"})) as receiver:
-        await checkback.heartbeat(GROUP, INSTANCE, receiver.url)
+        await producers.heartbeat(GROUP, INSTANCE, receiver.url)
         make_due(db, offset)
-        result = await checkback.run_round()
-        await checkback.settle()
+        result = await rounds.run_round()
+        await rounds.settle()
     assert result.pushed == 1 and result.resolved_by_push == 1
     assert [(r.transaction_id, r.producer_group, r.from_check) for r in ended] == [
         ("tx-alone-1", GROUP, True)

@@ -57,7 +57,13 @@ class Receiving:
         # Groups whose receives asked since the retention job last took them
         # (it records them as subscriptions.last_received_at): a set add per
         # receive, not a write. Subscribed groups only, so it stays bounded.
-        self.received_groups: set[str] = set()
+        self._received_groups: set[str] = set()
+
+    def take_received_groups(self) -> list[str]:
+        """The consumer groups that received since the previous call (the retention job's)."""
+        groups = sorted(self._received_groups)
+        self._received_groups.clear()
+        return groups
 
     async def receive(
         self,
@@ -88,7 +94,7 @@ class Receiving:
         if row is None or row["subscriptions"] == 0:
             what = f"topic {topic!r}" if topic is not None else "any topic"
             raise NotFound(f"consumer group {consumer_group!r} does not subscribe to {what}")
-        self.received_groups.add(consumer_group)
+        self._received_groups.add(consumer_group)
 
         params = {
             "consumer_group": consumer_group,
