@@ -95,11 +95,11 @@ def _resolve_backlog(url: str) -> None:
 async def _claim_all(url: str, backlog: int, batch_size: int) -> tuple[float, int, float]:
     settings = Settings(check_batch_size=batch_size)
     async with Coordinator.connect(url, settings) as core:
-        await core.checkback.heartbeat(GROUP, INSTANCE)
+        await core.checkback.producers.heartbeat(GROUP, INSTANCE)
         claimed = batches = 0
         start = time.perf_counter()
         while claimed < backlog:
-            got = await core.checkback.claim()
+            got = await core.checkback.rounds.claim()
             if not got:
                 raise RuntimeError(f"claimed {claimed} of {backlog}, then nothing")
             claimed += len(got)
@@ -109,7 +109,7 @@ async def _claim_all(url: str, backlog: int, batch_size: int) -> tuple[float, in
         taken = 0
         start = time.perf_counter()
         while taken < backlog:
-            requests = await core.checkback.poll(GROUP, INSTANCE, max_requests=1000)
+            requests = await core.checkback.pull.poll(GROUP, INSTANCE, max_requests=1000)
             if not requests:
                 raise RuntimeError(f"polled {taken} of {backlog} check requests, then nothing")
             taken += len(requests)

@@ -97,11 +97,10 @@ class Door:
         from coordinator.grpc.stubs import load
 
         self.stubs = load()
-        settings = Settings()
-        auth = ServiceConfigs.from_settings(settings).auth
-        authenticator = Authenticator(CoreContext(None), auth)  # type: ignore[arg-type]
+        configs = ServiceConfigs.from_settings(Settings())
+        authenticator = Authenticator(CoreContext(None), configs.auth)  # type: ignore[arg-type]
         core: Any = _Core(ConstantTransactions())
-        service = MessagingService(core, authenticator, settings, self.stubs, port=8081)
+        service = MessagingService(core, authenticator, configs.grpc, self.stubs, port=8081)
         # What grpc.aio looks up for a call: the RPC's handler, parser and serialiser.
         registered = handlers(service, self.stubs, Meter().grpc)
         self.send = registered.service(_Call(f"/{SERVICE_NAME}/SendMessage"))

@@ -2,9 +2,9 @@
 
 The benchmark (bench/pipeline_report.py) compares every figure before it
 prints a time, and the pipeline's tests hold reports to SQL and to each
-other: both with these functions. SQL's figures are the named queries
-pipeline_report_reference (per hour), ..._totals (per producer group and
-topic) and ..._checks (the check-count distribution).
+other: both with these functions. SQL's figures are the named queries of
+report_figures.sql: pipeline_report_reference (per hour), ..._totals (per
+producer group and topic) and ..._checks (the check-count distribution).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any
 import psycopg
 import pyarrow.parquet as pq
 
-from coordinator.db.queries import query
+from coordinator.db.queries import parse_queries
 from coordinator.pipeline.figures import STATES
 
+REFERENCE_SQL = parse_queries((Path(__file__).parent / "report_figures.sql").read_text())
 # The columns of the reference queries after their keys, by name.
 REFERENCE_COLUMNS = (
     "messages",
@@ -71,11 +72,13 @@ def sql_figures(url: str, as_of: datetime) -> SqlFigures:
     """The report's figures as PostgreSQL computes them, timed."""
     started = time.perf_counter()
     with psycopg.connect(url) as conn:
-        hourly = conn.execute(query("pipeline_report_reference"), {"as_of": as_of}).fetchall()
-        totals = conn.execute(
-            query("pipeline_report_reference_totals"), {"as_of": as_of}
+        hourly = conn.execute(
+            REFERENCE_SQL["pipeline_report_reference"], {"as_of": as_of}
         ).fetchall()
-        checks = conn.execute(query("pipeline_report_reference_checks")).fetchall()
+        totals = conn.execute(
+            REFERENCE_SQL["pipeline_report_reference_totals"], {"as_of": as_of}
+        ).fetchall()
+        checks = conn.execute(REFERENCE_SQL["pipeline_report_reference_checks"]).fetchall()
     seconds = time.perf_counter() - started
     return SqlFigures(
         seconds,

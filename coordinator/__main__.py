@@ -1,3 +1,5 @@
+"""`python -m coordinator`: the `coordinator` command."""
+
 from coordinator.cli import main
 
 main()

@@ -22,11 +22,12 @@ from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES
+from coordinator.domain.check_urls import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_CHECK_ANSWER_BYTES
 from coordinator.domain.database_urls import redact
 from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
 from coordinator.domain.hosts import host_patterns
 from coordinator.domain.immunity import longest_check_immunity
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 
 MIB = 1024 * 1024
 ENV_PREFIX = "COORDINATOR_"
@@ -263,7 +264,7 @@ class Settings(BaseSettings):
         "a larger one is a failed push.",
     )
     check_push_max_age_seconds: float = Field(
-        default=300.0,
+        default=DEFAULT_MAX_AGE_SECONDS,
         gt=0,
         description="A push producer refuses a signed check request older than this (replays).",
     )
@@ -362,10 +363,11 @@ class Settings(BaseSettings):
     )
     tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
     max_long_poll_seconds: float = Field(
-        default=60.0,
+        default=LONGEST_POLL_SECONDS,
         gt=0,
-        le=60,
-        description="Longest wait of a long poll (receive, check requests); at most 60.",
+        le=LONGEST_POLL_SECONDS,
+        description="Longest wait of a long poll (receive, check requests); "
+        f"at most {LONGEST_POLL_SECONDS:g}.",
     )
     max_long_polls_per_token: int = Field(
         default=64,
@@ -462,11 +464,6 @@ class Settings(BaseSettings):
         # relative path carried around would name another database wherever a
         # later step (a worker, a command run elsewhere) looked it up.
         return path.expanduser().resolve()
-
-    @property
-    def resolved_retention(self) -> float:
-        """Hours a resolved message is kept: its own setting, else retention_hours."""
-        return self.resolved_retention_hours or self.retention_hours
 
     @property
     def max_check_immunity_seconds(self) -> float:

@@ -127,7 +127,7 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
-class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class StderrHandler(logging.StreamHandler):
     """Writes to whatever sys.stderr is when the line is logged, not when configured:
     a process embedding the coordinator (its tests among them) may swap the stream
     and close the old one."""
@@ -135,7 +135,7 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

@@ -39,9 +39,9 @@ from prometheus_client import (
     generate_latest,
 )
 
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 from coordinator.domain.overview import COUNT_LIMIT, ConsumerFigures, Overview, PendingGroup
 from coordinator.domain.retention import RetentionResult
-from coordinator.domain.rules import MAX_POLL_WAIT_SECONDS
 from coordinator.domain.states import DispatchMode, MessageState, Resolution, Source
 
 # A `_created` series beside every counter and histogram doubles what a
@@ -54,12 +54,12 @@ RESOLUTION_LATENCY_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800,
     3600, 4 * 3600, 24 * 3600, 72 * 3600,
 )  # fmt: skip
-# Long polls (receives, check-back polls) wait up to MAX_POLL_WAIT_SECONDS and
+# Long polls (receives, check-back polls) wait up to LONGEST_POLL_SECONDS and
 # answer a little after it: the top buckets sit above it, so the longest poll
 # lands in a finite bucket and not in +Inf.
 REQUEST_SECONDS_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30,
-    MAX_POLL_WAIT_SECONDS, MAX_POLL_WAIT_SECONDS + 30,
+    LONGEST_POLL_SECONDS, LONGEST_POLL_SECONDS + 30,
 )  # fmt: skip
 
 # How a database check-back ended (coordinator_check_backs_database's outcome).

@@ -80,8 +80,8 @@ async def eventually(
 
 async def settled_round(checkback: CheckBack) -> RoundResult:
     """A round, and the answers to the pushes it started (a round itself does not wait)."""
-    result = await checkback.run_round()
-    await checkback.settle()
+    result = await checkback.rounds.run_round()
+    await checkback.rounds.settle()
     return result
 
 

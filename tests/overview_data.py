@@ -67,7 +67,7 @@ def _half(group: str, topic: str, number: int) -> NewMessage:
 async def seed(core: Coordinator, db: psycopg.Connection) -> Seeded:
     """Fill an empty database (see the module's docstring); `db` is in autocommit."""
     await core.delivery.subscribe(BILLING, ORDERS)
-    await core.checkback.heartbeat(ORDER_SVC, INSTANCE)
+    await core.checkback.producers.heartbeat(ORDER_SVC, INSTANCE)
 
     # Resolved by their producers: 3 commits (delivered to billing), 1 rollback.
     for number in range(4):
@@ -116,8 +116,8 @@ async def seed(core: Coordinator, db: psycopg.Connection) -> Seeded:
                 "next_check_at = now() WHERE id = %s",
                 (sent.offset,),
             )
-    await core.checkback.run_round()
-    await core.checkback.poll(ORDER_SVC, INSTANCE, wait_seconds=0, max_requests=10)
+    await core.checkback.rounds.run_round()
+    await core.checkback.pull.poll(ORDER_SVC, INSTANCE, wait_seconds=0, max_requests=10)
     return Seeded(oldest_transaction_id=pending[-1].transaction_id)
 
 

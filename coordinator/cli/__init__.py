@@ -21,6 +21,7 @@ from coordinator.cli import (
 )
 from coordinator.cli import pipeline as pipeline_cli
 from coordinator.cli.common import cli_state, remember_global_flag
+from coordinator.cli.defaults import setting_default
 from coordinator.cli.global_options import CoordinatorGroup
 from coordinator.cli.sources import CONFIG_VARIABLE
 
@@ -61,7 +62,7 @@ def main_options(
         "--data-dir",
         metavar="DIR",
         help="Data directory of the embedded server [env: COORDINATOR_DATA_DIR; "
-        "default: .coordinator].",
+        f"{setting_default('data_dir')}].",
     ),
     config: Path | None = typer.Option(
         None,

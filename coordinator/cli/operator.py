@@ -43,7 +43,7 @@ async def recheck(
     """Re-arm a discarded message: prepared again, check count reset, checked back now."""
     async with open_core(ctx) as core:
         record = await _find(core, ident, producer_group=producer_group, topic=topic)
-        result = await core.checkback.recheck(record.offset)
+        result = await core.checkback.operator.recheck(record.offset)
     console.print(
         f"{_describe(result)} re-armed: prepared again with a fresh check budget; "
         "it is checked back at the next round",
@@ -62,7 +62,7 @@ def _resolver(resolution: Resolution, done: str) -> Callable[..., None]:
     ) -> None:
         async with open_core(ctx) as core:
             record = await _find(core, ident, producer_group=producer_group, topic=topic)
-            result = await core.checkback.resolve(record.offset, resolution)
+            result = await core.checkback.operator.resolve(record.offset, resolution)
         if result.changed:
             console.print(
                 f"{_describe(result)} {done} by the operator (was {result.previous_state.value})",
@@ -106,7 +106,7 @@ async def producers(
     if ctx.invoked_subcommand is not None:
         return  # `producers check-source ...`
     async with open_core(ctx) as core:
-        found = await core.checkback.producers(group)
+        found = await core.checkback.producers.instances(group)
         sources = await core.check_sources.list(group)
     ttl = settings_from(ctx).producer_ttl_seconds
     if as_json:

@@ -349,7 +349,14 @@ def audit(
         # the coordinator's own, which is never behind it.
         result = jobs.audit(read_database(ctx, url), request, spark=spark, progress=err_console)
 
-    columns = ("kind", "message_offset", "transaction_id", "producer_group", "topic", "state")
+    columns: tuple[str, ...] = (
+        "kind",
+        "message_offset",
+        "transaction_id",
+        "producer_group",
+        "topic",
+        "state",
+    )
     columns += ("local_outcome", "born_at")
     # The ids are what a user looks up next (`coordinator inspect`): never cut.
     whole = {"message_offset", "transaction_id", "producer_group", "topic"}

@@ -26,12 +26,13 @@ from coordinator.cli.common import (
     ready_url_for,
     settings_with_flags,
 )
+from coordinator.cli.defaults import setting_default
 from coordinator.config import Settings, env_name
-from coordinator.core.configs import is_loopback
 from coordinator.db.queries import execute_sync
 from coordinator.db.ready import describe_database
 from coordinator.db.urls import libpq_url, redact
 from coordinator.domain.errors import DoorFailed
+from coordinator.domain.hosts import is_loopback
 from coordinator.node.process import serve_node
 from coordinator.node.workers import serve_workers
 
@@ -44,27 +45,38 @@ BACKLOG = 2048
 # Every parameter but `workers` is named after the setting it overrides.
 def serve(
     ctx: typer.Context,
-    host: str | None = typer.Option(None, help="Listen address [default: 127.0.0.1]."),
-    port: int | None = typer.Option(None, help="Listen port [default: 8080]."),
+    host: str | None = typer.Option(None, help=f"Listen address [{setting_default('host')}]."),
+    port: int | None = typer.Option(None, help=f"Listen port [{setting_default('port')}]."),
     grpc_port: int | None = typer.Option(
         None,
         help="Also serve the RocketMQ 5 gRPC protocol on this port (official RocketMQ "
-        "clients) [default: off].",
+        f"clients) [{setting_default('grpc_port', {None: 'off'})}].",
     ),
     transaction_timeout_seconds: float | None = typer.Option(
-        None, "--transaction-timeout", help="Seconds before the first check-back [default: 6]."
+        None,
+        "--transaction-timeout",
+        help="Seconds before the first check-back "
+        f"[{setting_default('transaction_timeout_seconds')}].",
     ),
     check_interval_seconds: float | None = typer.Option(
-        None, "--check-interval", help="Seconds between check-backs [default: 60]."
+        None,
+        "--check-interval",
+        help=f"Seconds between check-backs [{setting_default('check_interval_seconds')}].",
     ),
     check_max: int | None = typer.Option(
-        None, "--check-max", help="Check-backs before a message is discarded [default: 15]."
+        None,
+        "--check-max",
+        help=f"Check-backs before a message is discarded [{setting_default('check_max')}].",
     ),
     retention_hours: float | None = typer.Option(
-        None, "--retention-hours", help="Hours before an unresolved message expires [default: 72]."
+        None,
+        "--retention-hours",
+        help=f"Hours before an unresolved message expires [{setting_default('retention_hours')}].",
     ),
     max_body_bytes: int | None = typer.Option(
-        None, "--max-body-bytes", help="Largest message body [default: 4194304]."
+        None,
+        "--max-body-bytes",
+        help=f"Largest message body [{setting_default('max_body_bytes')}].",
     ),
     workers: int = typer.Option(
         1,
@@ -75,7 +87,8 @@ def serve(
     reject_transactional_messages: bool | None = typer.Option(
         None,
         "--reject-transactional-messages/--accept-transactional-messages",
-        help="Refuse half messages with HTTP 403 [default: accept].",
+        help="Refuse half messages with HTTP 403 "
+        f"[{setting_default('reject_transactional_messages', {False: 'accept', True: 'reject'})}].",
     ),
     insecure: bool | None = typer.Option(
         None,

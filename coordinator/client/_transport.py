@@ -24,6 +24,7 @@ STOPPED = "the client is shutting down"
 
 class _Transport(Generic[H]):
     _http_class: type[H]
+    client: H
 
     def __init__(
         self,

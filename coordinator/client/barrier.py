@@ -115,6 +115,8 @@ def _after_commit(commit: Survived) -> LocalTransactionState:
 
 
 class _BarrierListener(Generic[D, F]):
+    local_transaction: F
+
     def __init__(self, database: D, local_transaction: F, barrier: Barrier | None = None) -> None:
         self.database = database
         self.local_transaction = local_transaction

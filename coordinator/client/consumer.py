@@ -267,6 +267,8 @@ class _PushConsumer(Generic[C, ML]):
 
     _consumer_class: type[C]
     _slots: threading.Semaphore | asyncio.Semaphore  # one per message being consumed
+    consumer: C
+    listener: ML
 
     def __init__(
         self,
@@ -314,6 +316,7 @@ class PushConsumer(_PushConsumer[SimpleConsumer, MessageListener], base.SyncLife
     """
 
     _consumer_class = SimpleConsumer
+    _slots: threading.Semaphore
 
     def __init__(
         self,
@@ -398,6 +401,7 @@ class AsyncPushConsumer(
     """The asyncio twin of PushConsumer: `await listener(message)` per message."""
 
     _consumer_class = AsyncSimpleConsumer
+    _slots: asyncio.Semaphore
 
     def __init__(
         self,

@@ -41,6 +41,7 @@ class _Producer(base.Connected[base.T], Generic[base.T, L]):
     """What both producers are configured with and the calls they make."""
 
     role = "producer"
+    listener: L
 
     def __init__(
         self,

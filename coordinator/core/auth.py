@@ -168,9 +168,10 @@ class Authenticator:
         else:
             if token is None:
                 raise Unauthenticated(f"this coordinator needs a token{how_to_send}")
-            principal = self._principals.get(secret_sha256(token))
-            if principal is None:
+            known = self._principals.get(secret_sha256(token))
+            if known is None:
                 raise Unauthenticated("the token is not valid (unknown or revoked)")
+            principal = known
         self.limits.take_request(principal)
         return principal
 

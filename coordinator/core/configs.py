@@ -1,23 +1,29 @@
-"""Each service's own config, and the one place they are built from the settings.
+"""Each service's and door's own config, and the one place they are built from the settings.
 
 A service takes its pool (in a `CoreContext`) and a small frozen config
 holding only the values it reads, never the whole `Settings`: what a service
 depends on is written in its config, and a test builds one with a few values.
+The doors read theirs from the Coordinator they serve (`core.configs.http`).
 `ServiceConfigs.from_settings` is the only reader of `Settings` in the core
-(tests/unit/test_architecture.py holds it to that).
+and the doors (tests/unit/test_architecture.py holds them to that).
+
+A config field is the setting of the same name, so a search for a setting
+finds where it is used; the few values worked out from several settings are
+in DERIVED, with the settings each reads. No field has a default: the
+defaults are the settings' own, and a test takes them from `Settings`
+(`ServiceConfigs.from_settings(Settings(...))`) or writes every value.
 """
 
 from __future__ import annotations
 
-import ipaddress
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator.config import Settings
 from coordinator.core.retention.config import RetentionConfig
-from coordinator.domain.check_urls import DEFAULT_MAX_CHECK_ANSWER_BYTES
-from coordinator.domain.delivery_time import DEFAULT_MAX_DELAY_SECONDS
+from coordinator.domain.hosts import is_loopback
 
 # Where a node keeps the check sources' key when no setting gives it.
 CHECK_SOURCE_KEY_FILE = "check-source.key"
@@ -35,15 +41,15 @@ class TransactionsConfig:
     transaction_timeout_seconds: float
     group_commit_max_batch: int
     group_commit_max_inflight: int
-    max_delay_seconds: float = DEFAULT_MAX_DELAY_SECONDS
-    group_commit_linger_seconds: float = 0.0
+    group_commit_linger_seconds: float
+    max_delay_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
 class DeliveryConfig:
     max_long_poll_seconds: float
-    max_subscriptions_per_group: int = 100
-    max_metric_label_values: int = 1000
+    max_subscriptions_per_group: int
+    max_metric_label_values: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,25 +69,25 @@ class CheckBackConfig:
     max_inflight_dispatches: int
     max_long_poll_seconds: float
     check_poll_fallback_seconds: float
-    max_check_answer_bytes: int = DEFAULT_MAX_CHECK_ANSWER_BYTES
-    check_push_secret: str | None = field(default=None, repr=False)
+    max_check_answer_bytes: int
+    check_push_secret: str | None = field(repr=False)
     # The key of check sources' passwords, or the file that holds it (sources.py).
-    check_source_key: str | None = field(default=None, repr=False)
-    check_source_key_file: Path | None = None
+    check_source_key: str | None = field(repr=False)
+    check_source_key_file: Path | None
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    enabled: bool
-    scan_interval_seconds: float
+    check_scheduler_enabled: bool
+    check_scan_interval_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
 class OverviewConfig:
     producer_ttl_seconds: float
     # A consumer group that has not received for this long is idle (as retention reports it).
-    idle_consumer_group_hours: float = 168.0
-    retention_enabled: bool = True
+    idle_consumer_group_hours: float
+    retention_enabled: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +105,64 @@ class AuthConfig:
     limits: LimitsConfig
 
 
-def is_loopback(host: str) -> bool:
-    """Whether a listen address is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+@dataclass(frozen=True, slots=True)
+class HttpDoorConfig:
+    """What the HTTP door reads: its request limits, the Host names it answers, TLS."""
+
+    max_request_bytes: int
+    allowed_hosts: tuple[str, ...]
+    metrics_open: bool
+    max_metric_label_values: int
+    max_connections: int
+    request_read_timeout_seconds: float
+    tls_cert_file: Path | None
+    tls_key_file: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcDoorConfig:
+    """What the RocketMQ gRPC door reads: where it listens, its limits, TLS."""
+
+    host: str
+    grpc_port: int | None
+    max_batch_size: int
+    max_body_bytes: int
+    max_request_bytes: int
+    max_check_immunity_seconds: float
+    max_long_poll_seconds: float
+    max_topics_per_stream: int
+    producer_ttl_seconds: float
+    max_connections: int
+    grpc_handshake_timeout_seconds: float
+    grpc_idle_timeout_seconds: float
+    tls_cert_file: Path | None
+    tls_key_file: Path | None
 
 
 def open_allowed(settings: Settings) -> bool:
     """Whether this server may serve without tokens (loopback only, or --insecure)."""
     return settings.insecure or is_loopback(settings.host)
+
+
+def _secret(value: Any) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
+# The config fields that are not one setting of their name: each worked out
+# from the settings listed, in one place.
+DERIVED: Mapping[str, tuple[tuple[str, ...], Callable[[Settings], Any]]] = {
+    "max_check_immunity_seconds": (
+        ("retention_hours", "check_interval_seconds"),
+        lambda s: s.max_check_immunity_seconds,
+    ),
+    "check_push_secret": (("check_push_secret",), lambda s: _secret(s.check_push_secret)),
+    "check_source_key": (("check_source_key",), lambda s: _secret(s.check_source_key)),
+    "check_source_key_file": (
+        ("check_source_key_file", "data_dir"),
+        lambda s: s.check_source_key_file or s.data_dir / CHECK_SOURCE_KEY_FILE,
+    ),
+    "open_allowed": (("insecure", "host"), open_allowed),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,64 +174,35 @@ class ServiceConfigs:
     overview: OverviewConfig
     auth: AuthConfig
     retention: RetentionConfig
+    http: HttpDoorConfig
+    grpc: GrpcDoorConfig
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ServiceConfigs:
-        secret = settings.check_push_secret
         return cls(
             transactions=_named_alike(TransactionsConfig, settings),
             delivery=_named_alike(DeliveryConfig, settings),
-            checkback=_named_alike(
-                CheckBackConfig,
-                settings,
-                check_push_secret=secret.get_secret_value() if secret else None,
-                check_source_key=(
-                    settings.check_source_key.get_secret_value()
-                    if settings.check_source_key
-                    else None
-                ),
-                check_source_key_file=(
-                    settings.check_source_key_file or settings.data_dir / CHECK_SOURCE_KEY_FILE
-                ),
-            ),
-            scheduler=SchedulerConfig(
-                enabled=settings.check_scheduler_enabled,
-                scan_interval_seconds=settings.check_scan_interval_seconds,
-            ),
+            checkback=_named_alike(CheckBackConfig, settings),
+            scheduler=_named_alike(SchedulerConfig, settings),
             overview=_named_alike(OverviewConfig, settings),
-            auth=_named_alike(
-                AuthConfig,
-                settings,
-                open_allowed=open_allowed(settings),
-                limits=_named_alike(LimitsConfig, settings),
-            ),
-            retention=retention_config(settings),
+            auth=_named_alike(AuthConfig, settings, limits=_named_alike(LimitsConfig, settings)),
+            retention=_named_alike(RetentionConfig, settings),
+            http=_named_alike(HttpDoorConfig, settings),
+            grpc=_named_alike(GrpcDoorConfig, settings),
         )
-
-
-def retention_config(settings: Settings) -> RetentionConfig:
-    return RetentionConfig(
-        resolved_retention_hours=settings.resolved_retention,
-        unacked_retention_hours=settings.unacked_retention_hours,
-        dead_letter_retention_hours=settings.dead_letter_retention_hours,
-        duplicate_window_hours=settings.duplicate_window_hours,
-        idle_consumer_group_hours=settings.idle_consumer_group_hours,
-        remove_idle_consumer_groups=settings.remove_idle_consumer_groups,
-        archive_first=settings.archive_dir is not None,
-        batch_size=settings.retention_batch_size,
-        interval_seconds=settings.retention_interval_seconds,
-        enabled=settings.retention_enabled,
-        max_metric_label_values=settings.max_metric_label_values,
-    )
 
 
 Config = TypeVar("Config")
 
 
 def _named_alike(config: type[Config], settings: Settings, **others: Any) -> Config:
-    """A config whose fields are the settings of the same names, but for `others`."""
-    values = {
-        each.name: others[each.name] if each.name in others else getattr(settings, each.name)
-        for each in fields(config)  # type: ignore[arg-type]
-    }
+    """A config whose fields are the settings of the same names, DERIVED ones, or `others`."""
+    values = {}
+    for each in fields(config):  # type: ignore[arg-type]  # a config type is a dataclass
+        if each.name in others:
+            values[each.name] = others[each.name]
+        elif each.name in DERIVED:
+            values[each.name] = DERIVED[each.name][1](settings)
+        else:
+            values[each.name] = getattr(settings, each.name)
     return config(**values)

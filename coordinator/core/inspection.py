@@ -8,7 +8,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from coordinator.core.context import CoreContext
-from coordinator.db.queries import execute, fetch_all, fetch_one
+from coordinator.db.queries import fetch_all, fetch_one
 from coordinator.domain.access import Principal
 from coordinator.domain.errors import AmbiguousMessageId, InvalidMessage, NotFound
 from coordinator.domain.messages import (
@@ -61,7 +61,7 @@ class Inspection:
     async def database_ok(self) -> bool:
         try:
             async with self._context.pool.connection(timeout=2.0) as conn:
-                await execute(conn, "ping")
+                await fetch_one(conn, "ping")
         except Exception:  # any failure means "not healthy"; /health reports it
             return False
         return True

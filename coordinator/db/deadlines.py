@@ -21,6 +21,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 from psycopg import AsyncConnection
 
@@ -32,7 +33,7 @@ class Severance:
         self.severed = False
 
 
-def sever(conn: AsyncConnection) -> bool:
+def sever(conn: AsyncConnection[Any]) -> bool:
     """Shut the connection's socket down in both directions; False if it had none."""
     try:
         descriptor = conn.pgconn.socket
@@ -46,7 +47,7 @@ def sever(conn: AsyncConnection) -> bool:
 
 
 @contextlib.contextmanager
-def severed_after(conn: AsyncConnection, seconds: float) -> Iterator[Severance]:
+def severed_after(conn: AsyncConnection[Any], seconds: float) -> Iterator[Severance]:
     """Run the block with `conn`; sever the connection if it is still in use after `seconds`."""
     severance = Severance()
 

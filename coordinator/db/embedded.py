@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import psycopg
@@ -24,13 +25,16 @@ from psycopg import sql
 
 from coordinator.db.queries import execute_sync, query
 
+if TYPE_CHECKING:
+    from pgserver.postgres_server import PostgresServer
+
 log = logging.getLogger(__name__)
 
 DATABASE_NAME = "coordinator"
 
 # Keep the server objects alive for the life of the process: pgserver stops a
 # server when its last handle is cleaned up.
-_servers: dict[Path, object] = {}
+_servers: dict[Path, PostgresServer] = {}
 
 
 def start_embedded(data_dir: Path, database: str = DATABASE_NAME) -> str:
@@ -85,7 +89,8 @@ def forget_dead_users(pgdata: Path) -> list[int]:
 
 def _running(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        # psutil has no type information: its status is a str
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
 

@@ -21,6 +21,7 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -130,6 +131,8 @@ class Notifier:
                 subscription.wake()
 
     async def _run(self) -> None:
+        # libpq parameters by keyword (Any: connect's other keywords are typed)
+        defaults: dict[str, Any] = connection_defaults(self.database_url)
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
@@ -137,7 +140,7 @@ class Notifier:
                     autocommit=True,
                     row_factory=dict_row,
                     connect_timeout=int(ANSWER_SECONDS),
-                    **connection_defaults(self.database_url),
+                    **defaults,
                 ) as conn:
                     for channel in self.channels:
                         await conn.execute(f'LISTEN "{channel}"')
@@ -160,7 +163,7 @@ class Notifier:
             await asyncio.sleep(self.reconnect_delay)
 
     @staticmethod
-    async def _check(conn: psycopg.AsyncConnection) -> None:
+    async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
         """Raise if the server does not answer in time, or answers as a standby."""
         with severed_after(conn, ANSWER_SECONDS):
             row = await fetch_one(conn, "listener_check")

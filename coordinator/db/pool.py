@@ -68,7 +68,7 @@ RETRY_ADVICE = (
 )
 
 
-class CoordinatorPool(AsyncConnectionPool):
+class CoordinatorPool(AsyncConnectionPool[CoordinatorConnection]):
     """An AsyncConnectionPool whose failures are DatabaseUnavailable, bounded in time."""
 
     def __init__(
@@ -113,7 +113,7 @@ class CoordinatorPool(AsyncConnectionPool):
     @asynccontextmanager
     async def connection(
         self, timeout: float | None = None, *, deadline: float | None = None
-    ) -> AsyncIterator[AsyncConnection]:
+    ) -> AsyncIterator[CoordinatorConnection]:
         """A connection for at most `deadline` seconds (the pool's by default), wait included."""
         deadline = self.deadline if deadline is None else deadline
         ends_at = monotonic() + deadline

@@ -20,7 +20,7 @@ from coordinator.db.queries import query
 
 
 def _statement(name: str, table: str) -> sql.Composed:
-    return sql.SQL(query(name)).format(table=sql.Identifier(*table.split(".")))  # type: ignore[arg-type]
+    return sql.SQL(query(name)).format(table=sql.Identifier(*table.split(".")))
 
 
 async def check_barrier(

@@ -65,4 +65,4 @@ def psql_arguments(url: str) -> tuple[list[str], dict[str, str]]:
     # libpq of psql before 16 (a Debian 12 psql refuses the whole URL for it).
     params.pop("load_balance_hosts", None)
     environment = {"PGPASSWORD": str(password)} if password else {}
-    return ["--dbname", make_conninfo(**params)], environment
+    return ["--dbname", make_conninfo("", **params)], environment

@@ -21,6 +21,9 @@ CHECK_URL_MAX_LENGTH = 2048
 # The most of a check URL's answer the coordinator reads, on the wire and
 # decoded: the answer is a tiny JSON object (`max_check_answer_bytes`).
 DEFAULT_MAX_CHECK_ANSWER_BYTES = 64 * 1024
+# How old a signed check request a push producer still takes, by default
+# (`check_push_max_age_seconds`; core/checkback/signing.py verifies).
+DEFAULT_MAX_AGE_SECONDS = 300.0
 
 # Loopback and private networks stay allowed: producers often run on the same
 # host or network.

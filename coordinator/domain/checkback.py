@@ -81,7 +81,7 @@ class RoundResult:
     discarded: list[ClaimedCheck] = field(default_factory=list)
     expired: list[ClaimedCheck] = field(default_factory=list)
     handed_to_push: int = 0  # pushes started; they run on after the round
-    # Counted as the round's pushes finish, after the round (CheckBack.settle):
+    # Counted as the round's pushes finish, after the round (CheckRounds.settle):
     pushed: int = 0  # delivered to a push instance (2xx)
     push_failures: int = 0
     resolved_by_push: int = 0  # the push answer carried commit or rollback

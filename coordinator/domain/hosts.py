@@ -45,20 +45,25 @@ def host_name(header: str) -> str | None:
     return name if _NAME.match(name) else None
 
 
-def is_loopback(name: str) -> bool:
-    """Whether a name from `host_name` can only mean this machine."""
+def is_loopback(host: str) -> bool:
+    """Whether a host can only mean this machine: the one rule for a Host header's name
+    (as `host_name` gives it) and for a listen address (`127.0.0.1`, `::1`, `[::1]`).
+
+    `localhost` and the names under it (RFC 6761 keeps them for loopback, and
+    browsers resolve them so themselves), and loopback addresses, an IPv6
+    address mapping an IPv4 loopback one included. Nothing else: not
+    0.0.0.0 nor `::`, which listen on every interface.
+    """
+    name = host.strip().lower().removesuffix(".")
     if name == "localhost" or name.endswith(".localhost"):
         return True
-    if name.startswith("["):
-        address = ipaddress.IPv6Address(name[1:-1])
-        mapped = address.ipv4_mapped
-        return address.is_loopback or (mapped is not None and mapped.is_loopback)
-    if name[:1].isdigit():
-        try:
-            return ipaddress.IPv4Address(name).is_loopback
-        except ValueError:
-            return False
-    return False
+    try:
+        address = ipaddress.ip_address(name.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 def host_pattern(entry: str) -> str:
@@ -92,7 +97,7 @@ def host_patterns(value: object) -> tuple[str, ...]:
     """allowed_hosts from a comma-separated string or a list of entries."""
     if value is None:
         return ()
-    entries: Iterable[object] = value.split(",") if isinstance(value, str) else value  # type: ignore[assignment]
+    entries = value.split(",") if isinstance(value, str) else value
     if not isinstance(entries, Iterable):
         raise ValueError("give host names as a list, or one string separated by commas")
     patterns = []

@@ -18,7 +18,7 @@ def record_from_row(cls: type[T], row: Mapping[str, Any], /, **given: Any) -> T:
     """`cls(**given)`, with every other field taken from the row's column of that name."""
     by_name = {
         field.name: row[field.name]
-        for field in fields(cls)  # type: ignore[arg-type]
+        for field in fields(cls)  # type: ignore[arg-type]  # a record type is a dataclass
         if field.init and field.name not in given and field.name in row
     }
     return cls(**by_name, **given)

@@ -24,6 +24,7 @@ from coordinator.domain.delivery import FilterType
 from coordinator.domain.delivery_time import check_delivery_time
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.immunity import check_immunity
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 from coordinator.domain.messages import NewMessage
 from coordinator.domain.sql92 import parse_sql92
 from coordinator.domain.trace import check_trace_context
@@ -280,7 +281,6 @@ DEFAULT_MAX_MESSAGES = 16
 MAX_MESSAGES_LIMIT = 1000
 DEFAULT_INVISIBLE_SECONDS = 30.0
 MAX_INVISIBLE_SECONDS = 12 * 3600.0  # RocketMQ's longest invisible duration
-MAX_WAIT_SECONDS = 60.0
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 16  # RocketMQ's maxReconsumeTimes
 MAX_DELIVERY_ATTEMPTS_LIMIT = 1000
 MAX_ACK_BATCH = 1000
@@ -347,14 +347,13 @@ def check_instance(producer_group: str, instance_id: str) -> None:
 
 
 # --- Check-back long polls ------------------------------------------------------
-MAX_POLL_WAIT_SECONDS = 60.0
 MAX_POLL_REQUESTS = 1000
 
 
 def check_poll(
-    wait_seconds: float, max_requests: int, *, high: float = MAX_POLL_WAIT_SECONDS
+    wait_seconds: float, max_requests: int, *, high: float = LONGEST_POLL_SECONDS
 ) -> None:
-    """`high`: the server's bound on waits, at most MAX_POLL_WAIT_SECONDS."""
+    """`high`: the server's bound on waits, at most LONGEST_POLL_SECONDS."""
     if not 0 <= wait_seconds <= high:
         raise InvalidMessage(f"wait_seconds must be between 0 and {high:g}")
     if not 1 <= max_requests <= MAX_POLL_REQUESTS:

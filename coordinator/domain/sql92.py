@@ -167,9 +167,9 @@ class _Parser:
         if self.is_keyword("IN"):
             return self.in_list(value, start, negated)
         if self.is_keyword(*TEXT_MATCHES):
-            op = self.take().text.lower()
-            search = self.string_literal(f"{op.upper()} takes a string literal")
-            return {"op": op, "value": _value_of(value), "search": search, "negated": negated}
+            matching = self.take().text.lower()
+            search = self.string_literal(f"{matching.upper()} takes a string literal")
+            return {"op": matching, "value": _value_of(value), "search": search, "negated": negated}
         if negated:
             raise self.unexpected("expected BETWEEN, IN, CONTAINS, STARTSWITH or ENDSWITH")
         if "constant" in value:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.config import Settings
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.grpc.calls import answered, consumer_call
 from coordinator.grpc.status import status
 from coordinator.grpc.stubs import Stubs
@@ -28,10 +28,10 @@ BROKER_NAME = "coordinator"
 QUEUE_ID = 0  # the Node client needs id 0
 
 
-def own_endpoints(stubs: Stubs, settings: Settings, port: int) -> Any:
+def own_endpoints(stubs: Stubs, config: GrpcDoorConfig, port: int) -> Any:
     """This server's address, for a request that names no endpoints."""
     definition = stubs.definition
-    host = settings.host
+    host = config.host
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     scheme = definition.IPv4
@@ -59,31 +59,31 @@ def topic_queue(stubs: Stubs, topic: str, endpoints: Any) -> Any:
     )
 
 
-def requested_endpoints(stubs: Stubs, settings: Settings, port: int, request: Any) -> Any:
+def requested_endpoints(stubs: Stubs, config: GrpcDoorConfig, port: int, request: Any) -> Any:
     """The access point the client used (its address scheme included), else our own.
 
     Echoed rather than guessed: it is what reaches this server from the client.
     """
     if request.HasField("endpoints") and request.endpoints.addresses:
         return request.endpoints
-    return own_endpoints(stubs, settings, port)
+    return own_endpoints(stubs, config, port)
 
 
 class Assignments:
     """QueryAssignment: a PushConsumer's queues of a topic, the topic's one queue."""
 
     def __init__(
-        self, authenticator: Authenticator, settings: Settings, stubs: Stubs, *, port: int
+        self, authenticator: Authenticator, config: GrpcDoorConfig, stubs: Stubs, *, port: int
     ) -> None:
         self.authenticator = authenticator
-        self.settings = settings
+        self.config = config
         self.stubs = stubs
         self.port = port
 
     @answered("QueryAssignmentResponse")
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
         _, _, topic = consumer_call(context, self.authenticator, request.group, request.topic)
-        endpoints = requested_endpoints(self.stubs, self.settings, self.port, request)
+        endpoints = requested_endpoints(self.stubs, self.config, self.port, request)
         assignment = self.stubs.definition.Assignment(
             message_queue=topic_queue(self.stubs, topic, endpoints)
         )

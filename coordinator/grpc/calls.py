@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.domain.access import Principal
 from coordinator.domain.errors import CoordinatorError, InvalidMessage
 from coordinator.domain.rules import check_consumer_group, check_topic
@@ -34,14 +34,14 @@ Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
 
 class DoorPart:
     """What each part of the door works with: the core, the authenticator (HTTP's),
-    the door's settings and the protocol's modules."""
+    the door's config and the protocol's modules."""
 
     def __init__(
-        self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
+        self, core: Coordinator, authenticator: Authenticator, config: GrpcDoorConfig, stubs: Stubs
     ) -> None:
         self.core = core
         self.authenticator = authenticator
-        self.settings = settings
+        self.config = config
         self.stubs = stubs
 
 
@@ -123,7 +123,7 @@ def answered(response: str) -> Callable[[Handler], Handler]:
                 log.exception("gRPC %s failed", method.__name__)
                 return kind(status=status(self.stubs, "INTERNAL_ERROR", INTERNAL))
 
-        return handler  # type: ignore[return-value]
+        return handler  # type: ignore[return-value]  # functools.wraps keeps method's signature
 
     return wrap
 

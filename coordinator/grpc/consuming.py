@@ -16,13 +16,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.domain.access import Principal
 from coordinator.domain.delivery import (
     AckOutcome,
-    FilterType,
     InvisibleDurationChange,
     ReceivedMessage,
 )
@@ -43,6 +42,7 @@ from coordinator.grpc.calls import (
 from coordinator.grpc.consumer_settings import backoff_seconds
 from coordinator.grpc.status import DoorError, Unreadable, error_status, status
 from coordinator.grpc.stubs import Stubs
+from coordinator.grpc.subscriber import Subscriber
 
 log = logging.getLogger(__name__)
 
@@ -70,32 +70,19 @@ class Consuming(DoorPart):
     """The consumers' RPCs, each a thin call into the core's delivery."""
 
     def __init__(
-        self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
-    ) -> None:
-        super().__init__(core, authenticator, settings, stubs)
-        # (group, topic) -> filter last written, so that a receive which
-        # restates an unchanged subscription costs no database round trip.
-        self._subscribed: dict[tuple[str, str], tuple[str, FilterType]] = {}
-        # Whether a client id is a PushConsumer's (its Telemetry stream says).
-        self.is_push_consumer: Callable[[str | None], bool] = lambda client_id: False
-
-    async def subscribed(
         self,
-        group: str,
-        topic: str,
-        expression: str,
-        filter_type: FilterType = FilterType.TAG,
-        fifo: bool | None = None,
+        core: Coordinator,
+        authenticator: Authenticator,
+        config: GrpcDoorConfig,
+        stubs: Stubs,
+        *,
+        subscriber: Subscriber,
+        is_push_consumer: Callable[[str | None], bool],
     ) -> None:
-        """Make sure `group` subscribes to `topic` with this filter (written only on change)."""
-        key = (group, topic)
-        if fifo is None and self._subscribed.get(key) == (expression, filter_type):
-            return
-        await self.core.delivery.ensure_subscribed(
-            group, topic, expression, filter_type=filter_type, fifo=fifo
-        )
-        # As the client states it: a SQL92 text is stored trimmed.
-        self._subscribed[key] = (expression, filter_type)
+        super().__init__(core, authenticator, config, stubs)
+        self._subscriber = subscriber  # shared with the Telemetry streams' Settings
+        # Whether a client id is a PushConsumer's (its Telemetry stream says).
+        self._is_push_consumer = is_push_consumer
 
     # --- receiving -----------------------------------------------------------
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
@@ -124,7 +111,7 @@ class Consuming(DoorPart):
             context, self.authenticator, request.group, request.message_queue.topic
         )
         expression, filter_type = convert.filter_of(self.stubs, request.filter_expression)
-        await self.subscribed(group, topic, expression, filter_type)
+        await self._subscriber.subscribed(group, topic, expression, filter_type)
         invisible = (
             convert.seconds_of(request.invisible_duration)
             if request.HasField("invisible_duration")
@@ -146,8 +133,8 @@ class Consuming(DoorPart):
             except NotFound:
                 # The subscription went behind this process's memory of it (the
                 # retention job removed an idle group): state it again, once.
-                self._subscribed.pop((group, topic), None)
-                await self.subscribed(group, topic, expression, filter_type)
+                self._subscriber.forget(group, topic)
+                await self._subscriber.subscribed(group, topic, expression, filter_type)
                 received = await self.core.delivery.receive(
                     group,
                     max_messages=batch,
@@ -165,7 +152,7 @@ class Consuming(DoorPart):
         )
         if wait < 0:
             raise DoorError("ILLEGAL_POLLING_TIME", f"long polling timeout {wait:g} s is negative")
-        wait = min(wait, self.settings.max_long_poll_seconds)
+        wait = min(wait, self.config.max_long_poll_seconds)
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, remaining - RECEIVE_ANSWER_MARGIN_SECONDS)
@@ -224,7 +211,7 @@ class Consuming(DoorPart):
             if not request.HasField("invisible_duration"):
                 raise DoorError("ILLEGAL_INVISIBLE_TIME", "give the new invisible duration")
             seconds = convert.seconds_of(request.invisible_duration)
-            if self.is_push_consumer(caller.client_id):
+            if self._is_push_consumer(caller.client_id):
                 change = await self._nack(group, request.receipt_handle, seconds)
             else:
                 change = await self.core.delivery.change_invisible_duration(

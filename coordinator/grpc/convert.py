@@ -25,7 +25,7 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator.config import Settings
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.domain.delivery import FilterType
 from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.messages import MessageFields, NewMessage
@@ -102,7 +102,7 @@ def _encoded_body(stubs: Stubs, message: Any) -> tuple[bytes, bool]:
     return bytes(message.body), True
 
 
-def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
+def incoming(stubs: Stubs, message: Any, config: GrpcDoorConfig) -> Incoming:
     """The core's message for a sent RocketMQ message (a transactional one's group: its topic).
 
     Only its metadata is looked at: a GZIP body stays packed (`Incoming.gzipped`)
@@ -143,7 +143,7 @@ def incoming(stubs: Stubs, message: Any, settings: Settings) -> Incoming:
         # The official clients set it on every half message (their own
         # default), so a coordinator with a short retention shortens it, as
         # the cap does, rather than refusing every send.
-        longest = min(MAX_RECOVERY_SECONDS, settings.max_check_immunity_seconds)
+        longest = min(MAX_RECOVERY_SECONDS, config.max_check_immunity_seconds)
         immunity = min(seconds, longest) if seconds > 0 and longest > 0 else None
     return Incoming(
         NewMessage(

@@ -34,14 +34,14 @@ class Producing(DoorPart):
         caller = caller_of(context, self.authenticator)
         if not request.messages:
             raise InvalidMessage("send at least one message")
-        if len(request.messages) > self.settings.max_batch_size:
+        if len(request.messages) > self.config.max_batch_size:
             raise InvalidMessage(
-                f"at most {self.settings.max_batch_size} messages per send, "
+                f"at most {self.config.max_batch_size} messages per send, "
                 f"got {len(request.messages)}"
             )
         # One after the other, so that the request's budget of unpacked bytes
         # bounds what it holds; then stored together.
-        budget = bodies.RequestBudget(self.settings.max_request_bytes)
+        budget = bodies.RequestBudget(self.config.max_request_bytes)
         sent = list(request.messages)
         accepted = [await self._accept(caller.principal, message, budget) for message in sent]
         if len(sent) == 1:
@@ -62,12 +62,12 @@ class Producing(DoorPart):
         """
         try:
             topic_of(message.topic)
-            incoming = convert.incoming(self.stubs, message, self.settings)
+            incoming = convert.incoming(self.stubs, message, self.config)
             principal.require_produce(incoming.message.topic, incoming.message.producer_group)
             if not incoming.gzipped:
                 budget.take(len(incoming.message.body))
                 return incoming
-            body = await bodies.gunzip(incoming.message.body, self.settings.max_body_bytes, budget)
+            body = await bodies.gunzip(incoming.message.body, self.config.max_body_bytes, budget)
             return dataclasses.replace(
                 incoming, message=dataclasses.replace(incoming.message, body=body)
             )

@@ -14,9 +14,9 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.domain.errors import DoorFailed
 from coordinator.grpc.service import MessagingService
 from coordinator.grpc.status import Unreadable
@@ -54,11 +54,13 @@ def handlers(
     for method in descriptor.methods:
         request_type = GetMessageClass(method.input_type)
         response_type = GetMessageClass(method.output_type)
-        make, metered = {
+        # the handler factory (grpc ships no type information) and the metered method
+        handlers: dict[tuple[bool, bool], tuple[Callable[..., Any], Callable[..., Any]]] = {
             (False, False): (grpc.unary_unary_rpc_method_handler, meter.unary),
             (False, True): (grpc.unary_stream_rpc_method_handler, meter.unary_stream),
             (True, True): (grpc.stream_stream_rpc_method_handler, meter.stream),
-        }[(method.client_streaming, method.server_streaming)]
+        }
+        make, metered = handlers[(method.client_streaming, method.server_streaming)]
         built[method.name] = make(
             metered(method.name, getattr(service, method.name)),
             request_deserializer=functools.partial(_parse, request_type),
@@ -165,7 +167,7 @@ def _parse(kind: type[Message], data: bytes) -> Message | Unreadable:
         return Unreadable(f"the request is not a valid {kind.DESCRIPTOR.name}: {error}")
 
 
-def server_options(settings: Settings) -> list[tuple[str, int]]:
+def server_options(config: GrpcDoorConfig) -> list[tuple[str, int]]:
     """gRPC core's channel arguments: the door's limits, enforced before any RPC runs.
 
     Connections are gRPC core's, out of Python's sight, so core bounds them:
@@ -177,14 +179,14 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
     clients keep one open, so their connections are never idle).
     """
     return [
-        ("grpc.max_receive_message_length", settings.max_request_bytes),
-        ("grpc.max_send_message_length", settings.max_request_bytes),
-        ("grpc.max_allowed_incoming_connections", settings.max_connections),
+        ("grpc.max_receive_message_length", config.max_request_bytes),
+        ("grpc.max_send_message_length", config.max_request_bytes),
+        ("grpc.max_allowed_incoming_connections", config.max_connections),
         (
             "grpc.server_handshake_timeout_ms",
-            _milliseconds(settings.grpc_handshake_timeout_seconds),
+            _milliseconds(config.grpc_handshake_timeout_seconds),
         ),
-        ("grpc.max_connection_idle_ms", _milliseconds(settings.grpc_idle_timeout_seconds)),
+        ("grpc.max_connection_idle_ms", _milliseconds(config.grpc_idle_timeout_seconds)),
     ]
 
 
@@ -195,19 +197,20 @@ def _milliseconds(seconds: float) -> int:
 
 @asynccontextmanager
 async def running_grpc_door(
-    core: Coordinator, authenticator: Authenticator, settings: Settings
+    core: Coordinator, authenticator: Authenticator
 ) -> AsyncIterator[GrpcDoor]:
-    """Serve `apache.rocketmq.v2.MessagingService` on settings.host:settings.grpc_port."""
-    assert settings.grpc_port is not None
+    """Serve `apache.rocketmq.v2.MessagingService` on host:grpc_port (the core's config)."""
+    config = core.configs.grpc
+    assert config.grpc_port is not None
     stubs = load()
-    server = grpc.aio.server(options=server_options(settings))
-    service = MessagingService(core, authenticator, settings, stubs, port=settings.grpc_port)
+    server = grpc.aio.server(options=server_options(config))
+    service = MessagingService(core, authenticator, config, stubs, port=config.grpc_port)
     server.add_generic_rpc_handlers((handlers(service, stubs, core.meter.grpc),))
-    address = listen_address(settings.host, settings.grpc_port)
+    address = listen_address(config.host, config.grpc_port)
     try:
-        if settings.tls_cert_file and settings.tls_key_file:
+        if config.tls_cert_file and config.tls_key_file:
             credentials = grpc.ssl_server_credentials(
-                [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())]
+                [(config.tls_key_file.read_bytes(), config.tls_cert_file.read_bytes())]
             )
             server.add_secure_port(address, credentials)
         else:

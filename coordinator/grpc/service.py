@@ -1,4 +1,4 @@
-"""`apache.rocketmq.v2.MessagingService`, assembled from the modules that each answer a part.
+"""`apache.rocketmq.v2.MessagingService`: one class whose methods are the RPCs, from the parts.
 
 The mapping onto the coordinator's model:
 - producer group: RocketMQ 5 has none; a transactional message's topic
@@ -10,8 +10,8 @@ The mapping onto the coordinator's model:
 - one queue per topic (id 0) on one broker: this server, in every route and
   every PushConsumer's assignment (`assignment.py`).
 
-The parts: `producing.py` (SendMessage, EndTransaction), `consuming.py`
-(ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+The parts: `producing.py` (SendMessage, EndTransaction, RecallMessage),
+`consuming.py` (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
 ForwardMessageToDeadLetterQueue), `assignment.py` (QueryAssignment),
 `session.py` (QueryRoute, Heartbeat, NotifyClientTermination, Telemetry)
 and `unsupported.py` (the rest). What they share, authentication and
@@ -20,63 +20,56 @@ answering with a status, is `calls.py`.
 
 from __future__ import annotations
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.grpc.assignment import Assignments
 from coordinator.grpc.consuming import Consuming
 from coordinator.grpc.producing import Producing
 from coordinator.grpc.session import Session
 from coordinator.grpc.stubs import Stubs
+from coordinator.grpc.subscriber import Subscriber
 from coordinator.grpc.telemetry import TelemetryDoor
-from coordinator.grpc.unsupported import pull_message_handler, unsupported_handlers
+from coordinator.grpc.unsupported import Unsupported
 
 
-class MessagingService:
-    """The servicer grpc.aio calls: every RPC of the service, as an attribute by its name.
+class MessagingService(Producing, Consuming, Assignments, Session, Unsupported):
+    """The servicer grpc.aio calls: every RPC of the service is a method, inherited from its part.
 
     (The generated base class is not needed for that; `server.handlers`
-    looks each RPC up by name.)
+    looks each RPC up by name.) The parts share only their dependencies
+    (the core, the authenticator, the door's config, the stubs, the port); a unit
+    test keeps their other names apart.
     """
 
     def __init__(
         self,
         core: Coordinator,
         authenticator: Authenticator,
-        settings: Settings,
+        config: GrpcDoorConfig,
         stubs: Stubs,
         *,
         port: int,
     ) -> None:
-        self.stubs = stubs
-        self.telemetry = TelemetryDoor(core, authenticator, settings, stubs)
-        producing = Producing(core, authenticator, settings, stubs)
-        consuming = Consuming(core, authenticator, settings, stubs)
-        session = Session(authenticator, settings, stubs, self.telemetry, port=port)
         # A consumer's Settings on its Telemetry stream subscribe it as a receive does.
-        self.telemetry.on_subscription = consuming.subscribed
-        # A PushConsumer's nack waits for its group's backoff.
-        consuming.is_push_consumer = self.telemetry.is_push_consumer
-        assignments = Assignments(authenticator, settings, stubs, port=port)
-
-        self.SendMessage = producing.SendMessage
-        self.EndTransaction = producing.EndTransaction
-        self.RecallMessage = producing.RecallMessage
-
-        self.ReceiveMessage = consuming.ReceiveMessage
-        self.AckMessage = consuming.AckMessage
-        self.ChangeInvisibleDuration = consuming.ChangeInvisibleDuration
-        self.ForwardMessageToDeadLetterQueue = consuming.ForwardMessageToDeadLetterQueue
-
-        self.QueryAssignment = assignments.QueryAssignment
-        self.QueryRoute = session.QueryRoute
-        self.Heartbeat = session.Heartbeat
-        self.NotifyClientTermination = session.NotifyClientTermination
-        self.Telemetry = session.Telemetry
-
-        self.PullMessage = pull_message_handler(stubs, authenticator)
-        for name, handler in unsupported_handlers(stubs, authenticator).items():
-            setattr(self, name, handler)
+        subscriber = Subscriber(core)
+        telemetry = TelemetryDoor(
+            core, authenticator, config, stubs, on_subscription=subscriber.subscribed
+        )
+        Producing.__init__(self, core, authenticator, config, stubs)
+        # A PushConsumer's nack waits for its group's backoff: its stream tells.
+        Consuming.__init__(
+            self,
+            core,
+            authenticator,
+            config,
+            stubs,
+            subscriber=subscriber,
+            is_push_consumer=telemetry.is_push_consumer,
+        )
+        Assignments.__init__(self, authenticator, config, stubs, port=port)
+        Session.__init__(self, authenticator, config, stubs, telemetry, port=port)
+        Unsupported.__init__(self, authenticator, stubs)
 
     def begin_close(self) -> None:
         """The server stops: Telemetry streams end (receives end with the core's stopping)."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from coordinator.config import Settings
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.domain.errors import CoordinatorError
 from coordinator.grpc.assignment import requested_endpoints, topic_queue
 from coordinator.grpc.calls import answered, caller_of, topic_of
@@ -28,14 +28,14 @@ class Session:
     def __init__(
         self,
         authenticator: Authenticator,
-        settings: Settings,
+        config: GrpcDoorConfig,
         stubs: Stubs,
         telemetry: TelemetryDoor,
         *,
         port: int,
     ) -> None:
         self.authenticator = authenticator
-        self.settings = settings
+        self.config = config
         self.stubs = stubs
         self.telemetry = telemetry
         self.port = port
@@ -44,7 +44,7 @@ class Session:
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         caller_of(context, self.authenticator)
         topic = topic_of(request.topic)
-        endpoints = requested_endpoints(self.stubs, self.settings, self.port, request)
+        endpoints = requested_endpoints(self.stubs, self.config, self.port, request)
         queue = topic_queue(self.stubs, topic, endpoints)
         return self.stubs.service.QueryRouteResponse(
             status=status(self.stubs), message_queues=[queue]

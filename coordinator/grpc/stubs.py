@@ -39,7 +39,7 @@ class Stubs:
 def load() -> Stubs:
     try:
         with _package_without_client():
-            from rocketmq.grpc_protocol import (  # type: ignore[import-untyped]
+            from rocketmq.grpc_protocol import (
                 definition_pb2,
                 service_pb2,
                 service_pb2_grpc,

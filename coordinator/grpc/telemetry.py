@@ -36,9 +36,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import GrpcDoorConfig
 from coordinator.domain.access import Principal
 from coordinator.domain.errors import CoordinatorError, PermissionDenied
 from coordinator.grpc.calls import Caller, DoorPart
@@ -53,10 +53,17 @@ class TelemetryDoor(DoorPart):
     """Every open Telemetry stream of this server, by client id."""
 
     def __init__(
-        self, core: Coordinator, authenticator: Authenticator, settings: Settings, stubs: Stubs
+        self,
+        core: Coordinator,
+        authenticator: Authenticator,
+        config: GrpcDoorConfig,
+        stubs: Stubs,
+        *,
+        on_subscription: Subscribe,
     ) -> None:
-        super().__init__(core, authenticator, settings, stubs)
-        self.on_subscription: Subscribe | None = None
+        super().__init__(core, authenticator, config, stubs)
+        # A consumer's Settings subscribe it as a receive does.
+        self._on_subscription = on_subscription
         self._streams: dict[str, set[TelemetryStream]] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()  # the server stops: every stream ends
@@ -75,7 +82,7 @@ class TelemetryDoor(DoorPart):
             )
             return
         stream = TelemetryStream(
-            self, self.on_subscription, context, caller, caller.client_id, caller.principal
+            self, self._on_subscription, context, caller, caller.client_id, caller.principal
         )
         try:
             self._bind(stream)

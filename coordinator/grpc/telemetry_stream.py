@@ -157,7 +157,7 @@ class TelemetryStream:
         return f"the token {self.principal.name!r} of this stream was revoked"
 
     def _bounded(self, topics: int) -> None:
-        most = self.door.settings.max_topics_per_stream
+        most = self.door.config.max_topics_per_stream
         if topics > most:
             raise DoorError(
                 "BAD_REQUEST",
@@ -182,7 +182,7 @@ class TelemetryStream:
         for group in new:
             # Registered before the answer: once a client has it, its
             # transactions' check-backs come to this stream.
-            await self.door.core.checkback.heartbeat(group, self.client_id)
+            await self.door.core.checkback.producers.heartbeat(group, self.client_id)
         for group in new:
             self.groups.add(group)
             self._checks[group] = asyncio.create_task(
@@ -212,7 +212,7 @@ class TelemetryStream:
             answer,
             await self.door.core.delivery.subscriptions(group),
             topics,
-            longest_poll_seconds=self.door.settings.max_long_poll_seconds,
+            longest_poll_seconds=self.door.config.max_long_poll_seconds,
         )
 
     def _answer(self, settings: Any) -> Any:
@@ -221,7 +221,7 @@ class TelemetryStream:
         answer.CopyFrom(settings)
         answer.request_timeout.CopyFrom(convert.duration_of(REQUEST_TIMEOUT_SECONDS))
         if settings.client_type == definition.PRODUCER:
-            answer.publishing.max_body_size = min(self.door.settings.max_body_bytes, 2**31 - 1)
+            answer.publishing.max_body_size = min(self.door.config.max_body_bytes, 2**31 - 1)
             answer.publishing.validate_message_type = True
             answer.backoff_policy.CopyFrom(
                 definition.RetryPolicy(
@@ -237,16 +237,16 @@ class TelemetryStream:
 
     # --- check-backs --------------------------------------------------------
     async def _check_backs(self, group: str) -> None:
-        settings = self.door.settings
+        config = self.door.config
         wait = min(
             LONGEST_CHECK_POLL_SECONDS,
-            settings.producer_ttl_seconds / 3,
-            settings.max_long_poll_seconds,
+            config.producer_ttl_seconds / 3,
+            config.max_long_poll_seconds,
         )
         # Until the core stops: its polls then answer at once, with nothing.
         while not self.door.core.stopping and self.recheck():
             try:
-                requests = await self.door.core.checkback.poll(
+                requests = await self.door.core.checkback.pull.poll(
                     group,
                     self.client_id,
                     wait_seconds=wait,
@@ -285,7 +285,7 @@ class TelemetryStream:
     async def leave(self) -> None:
         for group in self.groups:
             try:
-                await self.door.core.checkback.leave(group, self.client_id)
+                await self.door.core.checkback.producers.leave(group, self.client_id)
             except CoordinatorError as error:
                 # Unreachable database: the instance stops counting as live
                 # after producer_ttl_seconds anyway.

@@ -6,7 +6,7 @@ answer is UNAUTHORIZED, so that what the door offers is told only to callers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +33,53 @@ UNSUPPORTED = {
 }
 
 
-def unsupported_handlers(
-    stubs: Stubs, authenticator: Authenticator
-) -> dict[str, Callable[..., Awaitable[Any]]]:
-    """A handler for each unary RPC in UNSUPPORTED, by the RPC's name."""
-    return {
-        name: _answer(stubs, authenticator, name, unsupported)
-        for name, unsupported in UNSUPPORTED.items()
-    }
+class Unsupported:
+    """The RPCs in UNSUPPORTED, and PullMessage: each answers UNSUPPORTED to an accepted token."""
+
+    def __init__(self, authenticator: Authenticator, stubs: Stubs) -> None:
+        self.authenticator = authenticator
+        self.stubs = stubs
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        return self._answer("UpdateOffset", context)
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:
+        return self._answer("GetOffset", context)
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:
+        return self._answer("QueryOffset", context)
+
+    async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
+        return self._answer("SyncLiteSubscription", context)
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        """PullMessage (a stream of responses): one answer, UNSUPPORTED."""
+        refusal = _refusal(self.stubs, self.authenticator, context)
+        if refusal is not None:
+            yield self.stubs.service.PullMessageResponse(status=refusal)
+            return
+        yield self.stubs.service.PullMessageResponse(
+            status=status(
+                self.stubs,
+                "UNSUPPORTED",
+                "PullMessage (PullConsumer offsets) is not supported: consume with a "
+                "PushConsumer or a SimpleConsumer",
+            )
+        )
+
+    def _answer(self, name: str, context: Any) -> Any:
+        kind = getattr(self.stubs.service, f"{name}Response")
+        refusal = _refusal(self.stubs, self.authenticator, context)
+        if refusal is not None:
+            return kind(status=refusal)
+        unsupported = UNSUPPORTED[name]
+        return kind(
+            status=status(
+                self.stubs,
+                "UNSUPPORTED",
+                f"{name}: {unsupported.what} is not supported; {unsupported.instead}",
+            )
+        )
 
 
 def _refusal(stubs: Stubs, authenticator: Authenticator, context: Any) -> Any | None:
@@ -50,45 +89,3 @@ def _refusal(stubs: Stubs, authenticator: Authenticator, context: Any) -> Any | 
     except CoordinatorError as error:
         return error_status(stubs, error)
     return None
-
-
-def _answer(
-    stubs: Stubs, authenticator: Authenticator, name: str, unsupported: _Unsupported
-) -> Callable[..., Awaitable[Any]]:
-    kind = getattr(stubs.service, f"{name}Response")
-
-    async def answer(request: Any, context: Any) -> Any:
-        refusal = _refusal(stubs, authenticator, context)
-        if refusal is not None:
-            return kind(status=refusal)
-        return kind(
-            status=status(
-                stubs,
-                "UNSUPPORTED",
-                f"{name}: {unsupported.what} is not supported; {unsupported.instead}",
-            )
-        )
-
-    return answer
-
-
-def pull_message_handler(
-    stubs: Stubs, authenticator: Authenticator
-) -> Callable[..., AsyncIterator[Any]]:
-    """PullMessage (a stream of responses): one answer, UNSUPPORTED."""
-
-    async def PullMessage(request: Any, context: Any) -> AsyncIterator[Any]:
-        refusal = _refusal(stubs, authenticator, context)
-        if refusal is not None:
-            yield stubs.service.PullMessageResponse(status=refusal)
-            return
-        yield stubs.service.PullMessageResponse(
-            status=status(
-                stubs,
-                "UNSUPPORTED",
-                "PullMessage (PullConsumer offsets) is not supported: consume with a "
-                "PushConsumer or a SimpleConsumer",
-            )
-        )
-
-    return PullMessage

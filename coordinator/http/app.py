@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from coordinator import __version__
-from coordinator.config import Settings
+from coordinator.core.configs import HttpDoorConfig
 from coordinator.http.api_docs import install_api_docs
 from coordinator.http.checkback import router as checkback_router
 from coordinator.http.consumers import router as consumers_router
@@ -22,9 +22,8 @@ from coordinator.http.routes import router, table
 from coordinator.http.status_page import install_status_page
 
 
-def create_app(settings: Settings | None = None) -> HotRoutes:
+def create_app(config: HttpDoorConfig) -> HotRoutes:
     """The app to serve: FastAPI behind the hot routes (see hot_routes.py)."""
-    settings = settings or Settings()
     app = FastAPI(
         title="coordinator",
         version=__version__,
@@ -33,8 +32,6 @@ def create_app(settings: Settings | None = None) -> HotRoutes:
         docs_url=None,
         redoc_url=None,
     )
-    # What the routes read of the settings that is the door's own (metrics_open).
-    app.state.settings = settings
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(consumers_router)
@@ -43,8 +40,5 @@ def create_app(settings: Settings | None = None) -> HotRoutes:
     install_status_page(app)
     install_api_docs(app)
     return HotRoutes(
-        app,
-        table.routes,
-        max_bytes=settings.max_request_bytes,
-        gate=Gate.of(settings.allowed_hosts),
+        app, table.routes, max_bytes=config.max_request_bytes, gate=Gate.of(config.allowed_hosts)
     )

@@ -15,7 +15,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from coordinator.core import Coordinator
 from coordinator.domain.access import Principal
-from coordinator.domain.rules import MAX_POLL_REQUESTS, MAX_POLL_WAIT_SECONDS
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
+from coordinator.domain.rules import MAX_POLL_REQUESTS
 from coordinator.http.checkback_schemas import (
     CheckRequestOut,
     CheckSourceIn,
@@ -65,7 +66,7 @@ async def heartbeat(
     caller: Principal = Depends(principal),
 ) -> ProducerOut:
     caller.require_producer_group(producer_group)
-    producer = await core.checkback.heartbeat(
+    producer = await core.checkback.producers.heartbeat(
         producer_group, instance_id, body.check_url if body else None
     )
     return ProducerOut.of(producer, ttl_seconds=core.configs.checkback.producer_ttl_seconds)
@@ -84,7 +85,7 @@ async def leave(
     caller: Principal = Depends(principal),
 ) -> Response:
     caller.require_producer_group(producer_group)
-    await core.checkback.leave(producer_group, instance_id)
+    await core.checkback.producers.leave(producer_group, instance_id)
     return Response(status_code=204)
 
 
@@ -98,7 +99,7 @@ async def list_producers(
         caller.require_admin("list the producers of every group (give ?producer_group=)")
     else:
         caller.require_producer_group(producer_group)
-    found = await core.checkback.producers(producer_group)
+    found = await core.checkback.producers.instances(producer_group)
     sources = await core.check_sources.list(producer_group)
     ttl = core.configs.checkback.producer_ttl_seconds
     return ProducersOut(
@@ -123,14 +124,14 @@ async def poll_checks(
     request: Request,
     producer_group: ProducerGroupPath,
     instance_id: InstancePath,
-    wait_seconds: float = Query(default=20.0, ge=0, le=MAX_POLL_WAIT_SECONDS),
+    wait_seconds: float = Query(default=20.0, ge=0, le=LONGEST_POLL_SECONDS),
     max_requests: int = Query(default=32, ge=1, le=MAX_POLL_REQUESTS),
     core: Coordinator = Depends(coordinator),
     caller: Principal = Depends(principal),
 ) -> ChecksOut:
     caller.require_producer_group(producer_group)
     with long_poll(request, caller, wait_seconds):
-        requests = await core.checkback.poll(
+        requests = await core.checkback.pull.poll(
             producer_group, instance_id, wait_seconds=wait_seconds, max_requests=max_requests
         )
     return ChecksOut(checks=[CheckRequestOut.of(r) for r in requests])

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, StrictBool
 
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 from coordinator.domain.rules import (
     DEFAULT_INVISIBLE_SECONDS,
     DEFAULT_MAX_DELIVERY_ATTEMPTS,
@@ -19,7 +20,6 @@ from coordinator.domain.rules import (
     MAX_DELIVERY_ATTEMPTS_LIMIT,
     MAX_INVISIBLE_SECONDS,
     MAX_MESSAGES_LIMIT,
-    MAX_WAIT_SECONDS,
 )
 from coordinator.http.fields import (
     DeliveryAttempts,
@@ -79,7 +79,8 @@ class ReceiveIn(RequestIn):
     wait_seconds: WaitSeconds = Field(
         default=0,
         description=(
-            f"Long polling: wait up to this long for a first message (0 to {MAX_WAIT_SECONDS:g}; "
+            "Long polling: wait up to this long for a first message "
+            f"(0 to {LONGEST_POLL_SECONDS:g}; "
             "the server's max_long_poll_seconds may be lower)."
         ),
     )

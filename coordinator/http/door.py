@@ -16,9 +16,9 @@ from typing import Any
 
 import uvicorn
 
-from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
+from coordinator.core.configs import HttpDoorConfig
 from coordinator.domain.errors import DoorFailed
 from coordinator.http.app import create_app
 from coordinator.http.protocol import CoalescingHttpToolsProtocol
@@ -35,7 +35,7 @@ class _NodeServer(uvicorn.Server):
 
 def server_config(
     app: Any,
-    settings: Settings,
+    config: HttpDoorConfig,
     *,
     protocol: Callable[..., asyncio.Protocol] | None = None,
     requests: RequestMeter | None = None,
@@ -56,17 +56,17 @@ def server_config(
         "http": protocol
         or functools.partial(
             CoalescingHttpToolsProtocol,
-            max_connections=settings.max_connections,
-            request_read_timeout=settings.request_read_timeout_seconds,
+            max_connections=config.max_connections,
+            request_read_timeout=config.request_read_timeout_seconds,
             requests=requests,
         ),
         # The coordinator never reads the client's address, which is all that
         # uvicorn's proxy-header middleware would parse every request for.
         "proxy_headers": False,
     }
-    if settings.tls_cert_file and settings.tls_key_file:
-        options["ssl_certfile"] = str(settings.tls_cert_file)
-        options["ssl_keyfile"] = str(settings.tls_key_file)
+    if config.tls_cert_file and config.tls_key_file:
+        options["ssl_certfile"] = str(config.tls_cert_file)
+        options["ssl_keyfile"] = str(config.tls_key_file)
     return uvicorn.Config(app, **options)
 
 
@@ -90,7 +90,6 @@ class HttpDoor:
 async def running_http_door(
     core: Coordinator,
     authenticator: Authenticator,
-    settings: Settings,
     sockets: list[socket.socket],
     *,
     protocol: Callable[..., asyncio.Protocol] | None = None,
@@ -101,9 +100,10 @@ async def running_http_door(
     door stops taking connections, lets the requests in flight finish, and
     closes.
     """
-    app = create_app(settings)
+    config = core.configs.http
+    app = create_app(config)
     app.attach(core, authenticator)
-    server = _NodeServer(server_config(app, settings, protocol=protocol, requests=core.meter.http))
+    server = _NodeServer(server_config(app, config, protocol=protocol, requests=core.meter.http))
     serving = asyncio.create_task(server.serve(sockets=sockets), name="coordinator-http")
     while not server.started:
         if serving.done():

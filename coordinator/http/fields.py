@@ -19,6 +19,7 @@ from pydantic import WithJsonSchema
 
 from coordinator.domain.check_urls import CHECK_URL_MAX_LENGTH
 from coordinator.domain.delivery_time import RECALL_HANDLE_MAX_LENGTH
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 from coordinator.domain.rules import (
     DEAD_LETTERS_PAGE_LIMIT,
     EXPRESSION_MAX_LENGTH,
@@ -32,7 +33,6 @@ from coordinator.domain.rules import (
     MAX_INVISIBLE_SECONDS,
     MAX_KEYS,
     MAX_MESSAGES_LIMIT,
-    MAX_WAIT_SECONDS,
     MESSAGE_ID_PATTERN,
     NAME_MAX_LENGTH,
     NAME_PATTERN,
@@ -126,7 +126,7 @@ InvisibleSeconds = Annotated[
     WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_INVISIBLE_SECONDS}),
 ]
 WaitSeconds = Annotated[
-    float, WithJsonSchema({"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS})
+    float, WithJsonSchema({"type": "number", "minimum": 0, "maximum": LONGEST_POLL_SECONDS})
 ]
 MaxMessages = Annotated[
     int, WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_MESSAGES_LIMIT})

@@ -37,7 +37,7 @@ async def prometheus_metrics(
     request: Request, core: Coordinator = Depends(coordinator)
 ) -> Response:
     # Not Depends(principal): with metrics_open a scraper sends no token at all.
-    if not request.app.state.settings.metrics_open:
+    if not core.configs.http.metrics_open:
         authenticator: Authenticator = request.app.state.authenticator
         authenticator.authenticate(request.headers.get("authorization")).require_metrics()
     meter = core.meter
@@ -48,6 +48,6 @@ async def prometheus_metrics(
     # storage (the retention rounds set those gauges).
     meter.set_database_gauges(
         await core.overview.read(minutes=0, storage=False),
-        request.app.state.settings.max_metric_label_values,
+        core.configs.http.max_metric_label_values,
     )
     return Response(content=meter.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -140,7 +140,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self.requests = requests  # counts what this protocol answers itself
         self._read_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # an asyncio server gives a stream protocol a Transport
         # uvicorn keeps the server's open connections in server_state.connections
         # (added here by connection_made, removed by connection_lost), so their
         # count is exact per server without a counter of our own.
@@ -148,7 +148,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         if limit is not None and len(self.connections) >= limit:
             self._refuse(transport, limit)
             return
-        super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]  # it forwards what uvicorn calls
         # The first request is timed from the connection, so a connection that
         # sends nothing is closed too (keep-alive timing starts after a response).
         self._start_read_timer()

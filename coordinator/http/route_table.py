@@ -118,7 +118,7 @@ def _fastapi_endpoint(route: Route) -> Callable[..., Awaitable[Response]]:
         return route.respond(await route.handler(core, caller, body, **path))
 
     keyword = inspect.Parameter.KEYWORD_ONLY
-    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # inspect.signature reads it
         [
             inspect.Parameter("body", keyword, annotation=route.body),
             *(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -187,7 +187,10 @@ class BatchOut(BaseModel):
 
 # The core's resolutions by name: a Literal, so the JSON schema lists the
 # strings in place (typed as the enum, it would be a $ref to a schema of its own).
-ResolutionName = Literal[tuple(resolution.value for resolution in Resolution)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    ResolutionName = str  # the Literal is built at run time, out of a type checker's sight
+else:
+    ResolutionName = Literal[tuple(resolution.value for resolution in Resolution)]
 
 
 class EndIn(RequestIn):

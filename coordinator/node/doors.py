@@ -16,12 +16,10 @@ from coordinator.node.running import Door
 
 def configured_doors(settings: Settings, http_sockets: list[socket.socket]) -> list[Door]:
     """HTTP on the given sockets, and the RocketMQ gRPC door when grpc_port is set."""
-    doors: list[Door] = [
-        functools.partial(running_http_door, settings=settings, sockets=http_sockets)
-    ]
+    doors: list[Door] = [functools.partial(running_http_door, sockets=http_sockets)]
     if settings.grpc_port is not None:
         # Imported only then: its protocol modules load the RocketMQ client package.
         from coordinator.grpc.server import running_grpc_door
 
-        doors.append(functools.partial(running_grpc_door, settings=settings))
+        doors.append(running_grpc_door)
     return doors

@@ -20,7 +20,8 @@ class ServingDoor(Protocol):
     """What a started door gives the node."""
 
     # Finishes only if the door stops by itself (its server failed): the node stops then.
-    ended: Awaitable[None]
+    @property
+    def ended(self) -> Awaitable[None]: ...
 
     def hurry(self) -> None:
         """Stop waiting for the requests in flight (asked twice to stop)."""
@@ -61,8 +62,8 @@ class Node:
         finally:
             stop_asked.cancel()
         for door in ended:
-            if door.done() and not door.cancelled() and door.exception() is not None:
-                raise door.exception()  # type: ignore[misc]
+            if door.done() and not door.cancelled() and (error := door.exception()) is not None:
+                raise error
 
 
 @asynccontextmanager
@@ -81,7 +82,7 @@ async def running_node(
             database_url, settings, listen=True, meter=Meter(process_registry())
         ) as core,
         running_authenticator(core.context, core.configs.auth) as authenticator,
-        running_check_scheduler(core.checkback.run_round, core.configs.scheduler),
+        running_check_scheduler(core.checkback.rounds.run_round, core.configs.scheduler),
         running_retention(core.retention.run_round, core.configs.retention),
         AsyncExitStack() as serving,
     ):

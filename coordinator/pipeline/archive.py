@@ -315,11 +315,13 @@ class ArchiveRun:
 
 def _plan(database_url: str, options: ArchiveOptions) -> RunManifest:
     with psycopg.connect(database_url) as conn:
-        cutoff, max_id = execute_sync(
+        plan = execute_sync(
             conn,
             "pipeline_archive_plan",
             {"older_than_seconds": options.older_than.total_seconds()},
-        ).fetchone()  # type: ignore[misc]
+        ).fetchone()
+    assert plan is not None  # an aggregate's one row
+    cutoff, max_id = plan
     return RunManifest(
         run_id=RunManifest.new_run_id(),
         status=RunStatus.PLANNED,

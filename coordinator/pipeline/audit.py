@@ -94,7 +94,7 @@ class ProducerTable:
             )
             .format(
                 key=sql.Identifier(self.key),
-                cond=sql.SQL(self.condition()),  # type: ignore[arg-type]
+                cond=sql.SQL(self.condition()),
                 table=sql.Identifier(*self.table.split(".")),
             )
             .as_string()

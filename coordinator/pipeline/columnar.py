@@ -64,10 +64,10 @@ def select_statement(
     """
     statement = sql.SQL("SELECT {} FROM ({}) AS q").format(
         sql.SQL(", ").join(column_expression(name, oid) for name, oid in columns),
-        sql.SQL(query),  # type: ignore[arg-type]
+        sql.SQL(query),
     )
     if condition:
-        statement = sql.SQL("{} WHERE {}").format(statement, sql.SQL(condition))  # type: ignore[arg-type]
+        statement = sql.SQL("{} WHERE {}").format(statement, sql.SQL(condition))
     return statement.as_string()
 
 
@@ -83,7 +83,7 @@ def render_query(conn: psycopg.Connection[Any], query: str, params: dict[str, An
 
 def describe(conn: psycopg.Connection[Any], query: str) -> list[tuple[str, int]]:
     """The (name, type OID) of each result column of a complete query."""
-    cursor = conn.execute(sql.SQL("SELECT * FROM ({}) AS q LIMIT 0").format(sql.SQL(query)))  # type: ignore[arg-type]
+    cursor = conn.execute(sql.SQL("SELECT * FROM ({}) AS q LIMIT 0").format(sql.SQL(query)))
     return [(column.name, column.type_code) for column in cursor.description or []]
 
 

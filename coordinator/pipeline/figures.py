@@ -3,8 +3,8 @@
 Input columns: id, producer_group, topic, state, check_count, born_at,
 resolved_at (and `from_archive`, which says where a row was read). The same
 figures as SQL are the named queries `pipeline_report_reference` (per hour),
-`pipeline_report_reference_totals` and `pipeline_report_reference_checks`;
-the tests hold the two to each other.
+`pipeline_report_reference_totals` and `pipeline_report_reference_checks`
+of bench/report_figures.sql; the tests hold the two to each other.
 
 1. Over the rows, in parallel slices (`reduce_rows`: in Spark's Python
    workers, report/spark.py, or in threads of the command, report/arrow.py):
@@ -197,7 +197,7 @@ def percentiles(values: np.ndarray, fractions: Sequence[float]) -> list[float | 
     positions = [fraction * (count - 1) for fraction in fractions]
     ranks = sorted({math.floor(p) for p in positions} | {math.ceil(p) for p in positions})
     ordered = np.partition(values, ranks)
-    found = []
+    found: list[float | None] = []
     for position in positions:
         low, high = math.floor(position), math.ceil(position)
         first, second = float(ordered[low]), float(ordered[high])
@@ -234,7 +234,7 @@ def _list_parts(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 
 def _figures(
     table: pa.Table, starts: np.ndarray, as_of_us: int
-) -> dict[str, list[object] | np.ndarray]:
+) -> dict[str, Sequence[object] | np.ndarray]:
     """The figure columns of each run of rows beginning at `starts` (a sorted table)."""
     ends = np.append(starts[1:], table.num_rows)
     counts = {

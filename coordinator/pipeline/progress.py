@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class JobProgress(Protocol):
-    def step(self, description: str) -> Iterator[None]: ...
+    def step(self, description: str) -> AbstractContextManager[None]: ...
 
     def note(self, text: str) -> None: ...
 

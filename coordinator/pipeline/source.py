@@ -102,7 +102,7 @@ class ReadSpec:
         )
 
     def subquery(self) -> sql.Composable:
-        return sql.SQL("({}) AS q").format(sql.SQL(self.query))  # type: ignore[arg-type]
+        return sql.SQL("({}) AS q").format(sql.SQL(self.query))
 
 
 def _identifier(dotted: str) -> sql.Identifier:
@@ -163,12 +163,14 @@ def plan_slices(spec: ReadSpec) -> list[QuerySlice]:
     if lower is None or upper is None:
         column = sql.Identifier(spec.partition_column)
         with connect(spec.url) as conn:
-            found_lower, found_upper = conn.execute(
+            bounds = conn.execute(
                 sql.SQL("SELECT min(q.{c})::bigint, max(q.{c})::bigint FROM {s}").format(
                     c=column, s=spec.subquery()
                 ),
                 spec.params,
-            ).fetchone()  # type: ignore[misc]
+            ).fetchone()
+        assert bounds is not None  # an aggregate's one row
+        found_lower, found_upper = bounds
         lower = found_lower if lower is None else lower
         upper = found_upper if upper is None else upper
     if lower is None or upper is None or upper < lower:
@@ -207,7 +209,7 @@ class PostgresReader(DataSourceReader):
     def partitions(self) -> list[QuerySlice]:
         return plan_slices(self.spec)
 
-    def read(self, partition: QuerySlice) -> Iterator[Any]:
+    def read(self, partition: QuerySlice) -> Iterator[Any]:  # type: ignore[override]  # Spark passes back what partitions() gave
         target = arrow_schema(self.schema)
         if self.plan is None:
             yield from self._read_rows(partition, target)

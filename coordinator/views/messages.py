@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Self
 
 from coordinator.domain.messages import MessageRecord
 from coordinator.views.records import MessageFieldsOut, RecordOut
@@ -29,10 +30,11 @@ class MessageOut(MessageFieldsOut):
     history: list[HistoryOut]
 
     @classmethod
-    def of(cls, record: MessageRecord) -> MessageOut:
+    def of(cls, record: MessageRecord, **given: Any) -> Self:  # type: ignore[override]  # a message's view is made of its whole record
         immunity = record.check_immunity
         return super().of(
             record,
             check_immunity_seconds=immunity.total_seconds() if immunity else None,
             history=[HistoryOut.of(h) for h in record.history],
+            **given,
         )

@@ -96,9 +96,11 @@ def test_producers_lists_the_registry(database_url: str, db: psycopg.Connection)
 
     async def register() -> None:
         async with Coordinator.connect(database_url) as core:
-            await core.checkback.heartbeat(GROUP, "instance-1")
-            await core.checkback.heartbeat(GROUP, "instance-2", "http://10.0.0.7:9000/check")
-            await core.checkback.heartbeat("payments", "gone")
+            await core.checkback.producers.heartbeat(GROUP, "instance-1")
+            await core.checkback.producers.heartbeat(
+                GROUP, "instance-2", "http://10.0.0.7:9000/check"
+            )
+            await core.checkback.producers.heartbeat("payments", "gone")
 
     asyncio.run(register())
     db.execute(

@@ -38,7 +38,9 @@ class Seeded:
 def seeded(database_url: str) -> Seeded:
     async def seed() -> Seeded:
         async with Coordinator.connect(database_url) as core:
-            await core.checkback.heartbeat(PRODUCERS, INSTANCE, "http://10.0.0.7:9000/check")
+            await core.checkback.producers.heartbeat(
+                PRODUCERS, INSTANCE, "http://10.0.0.7:9000/check"
+            )
             await core.delivery.subscribe(CONSUMERS, "orders", "created", max_delivery_attempts=1)
             sent = await core.transactions.prepare(half(producer_group=PRODUCERS, tags="created"))
             await core.transactions.end(

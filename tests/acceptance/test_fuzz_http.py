@@ -44,6 +44,7 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.domain.access import Grants
 from coordinator.http import create_app
+from tests.configs import configs
 from tests.conftest import LiveServer, url_for
 
 pytestmark = [
@@ -54,7 +55,7 @@ pytestmark = [
 
 # The document the server serves (test_the_served_document_is_the_one_fuzzed);
 # built here, without a database, because schemathesis parametrizes at collection.
-DOCUMENT = create_app().app.openapi()
+DOCUMENT = create_app(configs().http).app.openapi()
 schema = schemathesis.openapi.from_dict(DOCUMENT)
 
 CHECKS = [
@@ -194,7 +195,7 @@ def seeded(http: httpx.Client, fuzz_database: str) -> None:
 
     async def check_round() -> None:
         async with Coordinator.connect(fuzz_database, SERVER_SETTINGS) as core:
-            await core.checkback.run_round()
+            await core.checkback.rounds.run_round()
 
     asyncio.run(check_round())
 

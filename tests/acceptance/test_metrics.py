@@ -163,7 +163,7 @@ def test_every_way_a_half_message_is_resolved_is_counted_and_timed(
 
     async def operator_commits() -> float | None:
         async with Coordinator.connect(database_url) as core:
-            await core.checkback.resolve(by_hand["offset"], Resolution.COMMIT)
+            await core.checkback.operator.resolve(by_hand["offset"], Resolution.COMMIT)
             labels = {"state": "committed", "source": "operator"}
             return core.meter.registry.get_sample_value(RESOLVED, labels)
 

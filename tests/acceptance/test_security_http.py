@@ -31,6 +31,7 @@ from coordinator.core import Coordinator
 from coordinator.domain.access import Grants
 from coordinator.http import create_app
 from coordinator.http.hot_routes import api_routes
+from tests.configs import configs
 from tests.conftest import LiveServer, url_for
 from tests.factories import GROUP, TOPIC
 
@@ -286,7 +287,7 @@ def _open_pages() -> set[str]:
 
 def _get_paths() -> dict[str, str]:
     """Every GET route of the app, as security.md names it, with a path to request."""
-    app = create_app().app
+    app = create_app(configs().http).app
     paths = {}
     for route in api_routes(app):
         if "GET" in route.methods:

@@ -147,7 +147,11 @@ def test_the_page_shows_what_the_database_holds_and_follows_it(
         settings,
         lambda core: core.transactions.end(end(oldest, Resolution.COMMIT, group=ORDER_SVC)),
     )
-    _core_call(database_url, settings, lambda core: core.checkback.heartbeat(PAYMENT_SVC, INSTANCE))
+    _core_call(
+        database_url,
+        settings,
+        lambda core: core.checkback.producers.heartbeat(PAYMENT_SVC, INSTANCE),
+    )
     after = expected_figures(db)
     _shows(page, "#pending-total", str(after["pending"]))
     assert after["pending"] == expected["pending"] - 1

@@ -70,8 +70,8 @@ async def _state(db: psycopg.Connection, offset: int) -> str:
 
 async def _round(core: Coordinator, db: psycopg.Connection, *offsets: int) -> None:
     make_due(db, *offsets)
-    await core.checkback.run_round()
-    await core.checkback.settle()
+    await core.checkback.rounds.run_round()
+    await core.checkback.rounds.settle()
 
 
 async def test_the_barrier_decides_every_check_with_no_producer_alive(
@@ -116,7 +116,7 @@ async def test_fallback_leaves_live_producers_to_answer_and_only_does_not(
     proxy: LoopbackProxy,
     producer_db: ProducerDatabase,
 ) -> None:
-    await core.checkback.heartbeat(GROUP, INSTANCE)  # a live pulling instance
+    await core.checkback.producers.heartbeat(GROUP, INSTANCE)  # a live pulling instance
     (sent,) = await _prepared(core, 1)
     await core.check_sources.set(GROUP, producer_db.tcp_url(proxy.port), mode="fallback")
     await _round(core, db, sent.offset)
@@ -149,12 +149,12 @@ async def test_a_local_transaction_still_running_is_waited_for(
             (sent.transaction_id,),
         )
         make_due(db, sent.offset)
-        await core.checkback.run_round()
+        await core.checkback.rounds.run_round()
         # the check's marker insert now waits on the key the local transaction holds
         await asyncio.sleep(0.3)
         assert message(db, sent.offset)["state"] == "prepared"
         await (local.commit() if local_outcome == "commit" else local.rollback())
-        await core.checkback.settle()
+        await core.checkback.rounds.settle()
     finally:
         await local.close()
     expected = "committed" if local_outcome == "commit" else "rolled_back"
@@ -204,7 +204,7 @@ async def test_a_dead_database_counts_a_check_with_backoff_and_holds_up_no_other
             offsets = [s.offset for s in stuck + other]
 
             make_due(db, *offsets)
-            await core.checkback.run_round()
+            await core.checkback.rounds.run_round()
             # the other group's checks settle while the dead database's still hang
             for each, state in zip(other, ("committed", "rolled_back"), strict=True):
                 settled = await eventually(
@@ -215,7 +215,7 @@ async def test_a_dead_database_counts_a_check_with_backoff_and_holds_up_no_other
                 # settled before the hanging checks' timeout: they still hold their slots
                 assert message(db, stuck[0].offset)["check_count"] == 1
                 assert check_request(db, stuck[0].offset)["status"] == "pushing"
-            await core.checkback.settle()
+            await core.checkback.rounds.settle()
 
             for each in stuck:
                 state = message(db, each.offset)
@@ -233,8 +233,8 @@ async def test_a_dead_database_counts_a_check_with_backoff_and_holds_up_no_other
 
             # the second check is backed off: the interval times the factor
             make_due(db, *(s.offset for s in stuck))
-            await core.checkback.run_round()
-            await core.checkback.settle()
+            await core.checkback.rounds.run_round()
+            await core.checkback.rounds.settle()
             for each in stuck:
                 state = message(db, each.offset)
                 request = check_request(db, each.offset)

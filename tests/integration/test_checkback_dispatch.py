@@ -39,7 +39,7 @@ def settings() -> Settings:
 async def test_a_pulled_check_request_carries_the_whole_message(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    await core.checkback.heartbeat(GROUP, INSTANCE)
+    await core.checkback.producers.heartbeat(GROUP, INSTANCE)
     body = bytes(range(256))
     sent = await core.transactions.prepare(
         half(
@@ -51,9 +51,9 @@ async def test_a_pulled_check_request_carries_the_whole_message(
         )
     )
     make_due(db, sent.offset)
-    await core.checkback.run_round()
+    await core.checkback.rounds.run_round()
 
-    (request,) = await core.checkback.poll(GROUP, INSTANCE)
+    (request,) = await core.checkback.pull.poll(GROUP, INSTANCE)
     assert request.to_json() == {
         "offset": sent.offset,
         "message_id": sent.message_id,
@@ -70,7 +70,7 @@ async def test_a_pulled_check_request_carries_the_whole_message(
         "born_at": message(db, sent.offset)["born_at"].isoformat(),
     }
     assert check_request(db, sent.offset)["status"] == CheckStatus.DELIVERED
-    assert await core.checkback.poll(GROUP, INSTANCE) == []  # handed over once
+    assert await core.checkback.pull.poll(GROUP, INSTANCE) == []  # handed over once
 
     # the producer answers by ending the transaction from the check
     await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
@@ -88,13 +88,13 @@ async def test_a_waiting_long_poll_is_woken_by_the_round(
         Coordinator.connect(database_url, settings, listen=True) as node_a,
         Coordinator.connect(database_url, settings) as node_b,
     ):
-        await node_a.checkback.heartbeat(GROUP, INSTANCE)
+        await node_a.checkback.producers.heartbeat(GROUP, INSTANCE)
         sent = await node_a.transactions.prepare(half())
-        waiting = asyncio.create_task(node_a.checkback.poll(GROUP, INSTANCE, wait_seconds=25))
+        waiting = asyncio.create_task(node_a.checkback.pull.poll(GROUP, INSTANCE, wait_seconds=25))
         await asyncio.sleep(0.3)
         assert not waiting.done()
         make_due(db, sent.offset)
-        await node_b.checkback.run_round()  # another node claims; node A's poll wakes
+        await node_b.checkback.rounds.run_round()  # another node claims; node A's poll wakes
         (request,) = await asyncio.wait_for(waiting, timeout=20)
         assert request.transaction_id == sent.transaction_id
 
@@ -103,19 +103,19 @@ async def test_without_notifications_a_long_poll_falls_back_to_polling(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     assert core.notifier is None
-    await core.checkback.heartbeat(GROUP, INSTANCE)
+    await core.checkback.producers.heartbeat(GROUP, INSTANCE)
     sent = await core.transactions.prepare(half())
-    waiting = asyncio.create_task(core.checkback.poll(GROUP, INSTANCE, wait_seconds=25))
+    waiting = asyncio.create_task(core.checkback.pull.poll(GROUP, INSTANCE, wait_seconds=25))
     make_due(db, sent.offset)
-    await core.checkback.run_round()
+    await core.checkback.rounds.run_round()
     (request,) = await asyncio.wait_for(waiting, timeout=20)
     assert request.offset == sent.offset
 
 
 async def test_an_empty_long_poll_returns_after_its_wait(core: Coordinator) -> None:
-    assert await core.checkback.poll(GROUP, INSTANCE, wait_seconds=0.3) == []
+    assert await core.checkback.pull.poll(GROUP, INSTANCE, wait_seconds=0.3) == []
     # polling counts as being heard from: the instance is registered and live
-    (producer,) = await core.checkback.producers(GROUP)
+    (producer,) = await core.checkback.producers.instances(GROUP)
     assert producer.instance_id == INSTANCE and producer.live and producer.check_url is None
 
 
@@ -124,12 +124,12 @@ async def test_check_requests_are_spread_over_the_live_instances(
 ) -> None:
     instances = ["producer-a", "producer-b", "producer-c"]
     for instance in instances:
-        await core.checkback.heartbeat(GROUP, instance)
+        await core.checkback.producers.heartbeat(GROUP, instance)
     sent = await core.transactions.prepare_batch([half(body=f"m{i}".encode()) for i in range(30)])
     make_due(db, *(s.offset for s in sent))
-    await core.checkback.run_round()
+    await core.checkback.rounds.run_round()
 
-    got = {i: await core.checkback.poll(GROUP, i, max_requests=100) for i in instances}
+    got = {i: await core.checkback.pull.poll(GROUP, i, max_requests=100) for i in instances}
     offsets = [r.offset for requests in got.values() for r in requests]
     assert sorted(offsets) == sorted(s.offset for s in sent)  # each exactly once
     assert all(len(requests) >= 5 for requests in got.values()), {i: len(r) for i, r in got.items()}
@@ -139,12 +139,12 @@ async def test_the_next_check_of_a_message_goes_to_another_instance(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     for instance in ("producer-a", "producer-b"):
-        await core.checkback.heartbeat(GROUP, instance)
+        await core.checkback.producers.heartbeat(GROUP, instance)
     sent = await core.transactions.prepare(half())
     addressed = []
     for _ in range(3):  # check_max
         make_due(db, sent.offset)
-        await core.checkback.run_round()
+        await core.checkback.rounds.run_round()
         addressed.append(check_request(db, sent.offset)["instance_id"])
     assert addressed[0] != addressed[1] and addressed[2] == addressed[0]
 
@@ -152,19 +152,19 @@ async def test_the_next_check_of_a_message_goes_to_another_instance(
 async def test_a_dead_instance_is_replaced_by_another_of_its_group(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    await core.checkback.heartbeat(GROUP, "first")
+    await core.checkback.producers.heartbeat(GROUP, "first")
     sent = await core.transactions.prepare(half())
     make_due(db, sent.offset)
-    await core.checkback.run_round()
+    await core.checkback.rounds.run_round()
     assert check_request(db, sent.offset)["instance_id"] == "first"
     # "first" dies without answering: it stops heart-beating; "second" starts
     db.execute("UPDATE producers SET last_seen_at = now() - interval '1 hour'")
-    await core.checkback.heartbeat(GROUP, "second")
+    await core.checkback.producers.heartbeat(GROUP, "second")
 
     make_due(db, sent.offset)
-    await core.checkback.run_round()
-    assert await core.checkback.poll(GROUP, "first") == []
-    (request,) = await core.checkback.poll(GROUP, "second")
+    await core.checkback.rounds.run_round()
+    assert await core.checkback.pull.poll(GROUP, "first") == []
+    (request,) = await core.checkback.pull.poll(GROUP, "second")
     assert request.check_count == 2
     await core.transactions.end(end(request.transaction_id, Resolution.ROLLBACK, from_check=True))
     assert message(db, sent.offset)["state"] == "rolled_back"
@@ -173,12 +173,12 @@ async def test_a_dead_instance_is_replaced_by_another_of_its_group(
 async def test_a_cleanly_stopped_instance_gets_no_more_checks(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
-    await core.checkback.heartbeat(GROUP, INSTANCE)
-    assert await core.checkback.leave(GROUP, INSTANCE) is True
-    assert await core.checkback.leave(GROUP, INSTANCE) is False
+    await core.checkback.producers.heartbeat(GROUP, INSTANCE)
+    assert await core.checkback.producers.leave(GROUP, INSTANCE) is True
+    assert await core.checkback.producers.leave(GROUP, INSTANCE) is False
     sent = await core.transactions.prepare(half())
     make_due(db, sent.offset)
-    assert len((await core.checkback.run_round()).waiting) == 1
+    assert len((await core.checkback.rounds.run_round()).waiting) == 1
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,7 @@ async def test_a_push_answer_resolves_the_transaction(
     core: Coordinator, db: psycopg.Connection, answer: str, state: str, source: str
 ) -> None:
     with PushReceiver(lambda _: (200, {"resolution": answer})) as receiver:
-        await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
+        await core.checkback.producers.heartbeat(GROUP, INSTANCE, receiver.url)
         sent = await core.transactions.prepare(half(tags="created"))
         make_due(db, sent.offset)
         result = await settled_round(core.checkback)
@@ -212,7 +212,7 @@ async def test_a_push_without_an_answer_leaves_the_end_to_the_producer(
     core: Coordinator, db: psycopg.Connection, reply: tuple
 ) -> None:
     with PushReceiver(lambda _: reply) as receiver:
-        await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
+        await core.checkback.producers.heartbeat(GROUP, INSTANCE, receiver.url)
         sent = await core.transactions.prepare(half())
         make_due(db, sent.offset)
         result = await settled_round(core.checkback)
@@ -233,7 +233,7 @@ async def test_a_failed_push_waits_for_the_next_check(
         return (503, None) if calls["n"] == 1 else (200, {"resolution": "commit"})
 
     with PushReceiver(flaky) as receiver:
-        await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
+        await core.checkback.producers.heartbeat(GROUP, INSTANCE, receiver.url)
         sent = await core.transactions.prepare(half())
         make_due(db, sent.offset)
         result = await settled_round(core.checkback)
@@ -255,7 +255,7 @@ async def test_an_unreachable_check_url_is_a_failed_push(
     with PushReceiver() as receiver:
         url = receiver.url
     # the receiver is gone: connection refused
-    await core.checkback.heartbeat(GROUP, INSTANCE, url)
+    await core.checkback.producers.heartbeat(GROUP, INSTANCE, url)
     sent = await core.transactions.prepare(half())
     make_due(db, sent.offset)
     result = await settled_round(core.checkback)
@@ -268,7 +268,7 @@ async def test_a_check_url_resolving_to_a_forbidden_address_is_not_pushed(
 ) -> None:
     # Registration refuses this URL, so the row is written directly: it stands for
     # a host name that resolves to such an address by the time of the push.
-    await core.checkback.heartbeat(GROUP, INSTANCE, "http://10.0.0.7/check")
+    await core.checkback.producers.heartbeat(GROUP, INSTANCE, "http://10.0.0.7/check")
     db.execute(
         "UPDATE producers SET check_url = 'http://169.254.169.254/latest/meta-data' "
         "WHERE instance_id = %s",
@@ -296,13 +296,13 @@ async def test_a_push_answer_for_an_already_resolved_message_changes_nothing(
         await core.transactions.end(end(sent_holder[0].transaction_id, Resolution.ROLLBACK))
 
     with PushReceiver(lambda _: (200, {"resolution": "commit"})) as receiver:
-        await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
+        await core.checkback.producers.heartbeat(GROUP, INSTANCE, receiver.url)
         sent = await core.transactions.prepare(half())
         sent_holder.append(sent)
         make_due(db, sent.offset)
-        claimed = await core.checkback.claim()
+        claimed = await core.checkback.rounds.claim()
         await resolve_first()  # the producer ends it between claim and push
-        result = await core.checkback.dispatch(claimed)
+        result = await core.checkback.rounds.dispatch(claimed)
     assert receiver.received == [] and result.pushed == 0  # a resolved message is not pushed
     assert message(db, sent.offset)["state"] == "rolled_back"
 
@@ -312,7 +312,7 @@ async def test_pushes_are_unsigned_without_a_secret(
 ) -> None:
     async with Coordinator.connect(database_url, check_settings()) as core:
         with PushReceiver() as receiver:
-            await core.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
+            await core.checkback.producers.heartbeat(GROUP, INSTANCE, receiver.url)
             sent = await core.transactions.prepare(half())
             make_due(db, sent.offset)
             await settled_round(core.checkback)
@@ -340,20 +340,24 @@ async def test_bad_instance_ids_and_check_urls_are_refused(
     core: Coordinator, instance_id: str, url: str | None
 ) -> None:
     with pytest.raises(InvalidMessage):
-        await core.checkback.heartbeat(GROUP, instance_id, url)
-    assert await core.checkback.producers() == []
+        await core.checkback.producers.heartbeat(GROUP, instance_id, url)
+    assert await core.checkback.producers.instances() == []
 
 
 async def test_a_heartbeat_keeps_the_registration_and_updates_last_seen(
     core: Coordinator,
 ) -> None:
-    first = await core.checkback.heartbeat(GROUP, "192.168.0.7@12345", "http://10.0.0.7/check")
+    first = await core.checkback.producers.heartbeat(
+        GROUP, "192.168.0.7@12345", "http://10.0.0.7/check"
+    )
     await asyncio.sleep(0.05)
-    again = await core.checkback.heartbeat(GROUP, "192.168.0.7@12345", "http://10.0.0.7/check")
+    again = await core.checkback.producers.heartbeat(
+        GROUP, "192.168.0.7@12345", "http://10.0.0.7/check"
+    )
     assert again.registered_at == first.registered_at
     assert again.last_seen_at > first.last_seen_at
     assert again.mode.value == "push" and again.live
     # a long poll of the same instance keeps its check URL
-    await core.checkback.poll(GROUP, "192.168.0.7@12345")
-    (listed,) = await core.checkback.producers(GROUP)
+    await core.checkback.pull.poll(GROUP, "192.168.0.7@12345")
+    (listed,) = await core.checkback.producers.instances(GROUP)
     assert listed.check_url == "http://10.0.0.7/check"

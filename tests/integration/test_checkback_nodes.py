@@ -65,10 +65,10 @@ async def _backlog(node: Coordinator, db: psycopg.Connection) -> list[int]:
 async def test_three_nodes_check_each_due_message_exactly_once_per_round(
     nodes: list[Coordinator], db: psycopg.Connection
 ) -> None:
-    await nodes[0].checkback.heartbeat(GROUP, INSTANCE)
+    await nodes[0].checkback.producers.heartbeat(GROUP, INSTANCE)
     offsets = await _backlog(nodes[0], db)
 
-    rounds = await asyncio.gather(*(node.checkback.run_round() for node in nodes))
+    rounds = await asyncio.gather(*(node.checkback.rounds.run_round() for node in nodes))
 
     claimed = [c.offset for result in rounds for c in result.checked]
     assert sorted(claimed) == sorted(offsets)  # all of them, none twice
@@ -77,7 +77,7 @@ async def test_three_nodes_check_each_due_message_exactly_once_per_round(
         "SELECT check_count, count(*) FROM messages WHERE id = ANY(%s) GROUP BY 1", (offsets,)
     ).fetchall()
     assert counts == [(1, MESSAGES)]
-    pulled = await nodes[2].checkback.poll(GROUP, INSTANCE, max_requests=1000)
+    pulled = await nodes[2].checkback.pull.poll(GROUP, INSTANCE, max_requests=1000)
     assert sorted(r.offset for r in pulled) == sorted(offsets)
 
 
@@ -85,7 +85,7 @@ async def test_three_nodes_push_each_due_message_exactly_once_per_round(
     nodes: list[Coordinator], db: psycopg.Connection
 ) -> None:
     with PushReceiver(lambda _: (200, {"resolution": "commit"})) as receiver:
-        await nodes[0].checkback.heartbeat(GROUP, INSTANCE, receiver.url)
+        await nodes[0].checkback.producers.heartbeat(GROUP, INSTANCE, receiver.url)
         offsets = await _backlog(nodes[0], db)
         await asyncio.gather(*(settled_round(node.checkback) for node in nodes))
 
@@ -111,17 +111,17 @@ async def test_a_node_killed_between_claim_and_dispatch_only_delays_the_message(
 async def _kill_one_node_mid_round(nodes: list[Coordinator], db: psycopg.Connection) -> None:
     doomed, *survivors = nodes
     with PushReceiver() as receiver:
-        await doomed.checkback.heartbeat(GROUP, INSTANCE, receiver.url)
+        await doomed.checkback.producers.heartbeat(GROUP, INSTANCE, receiver.url)
         sent = await doomed.transactions.prepare(half())
         make_due(db, sent.offset)
 
-        claimed = await doomed.checkback.claim()  # ... and the node dies before pushing
+        claimed = await doomed.checkback.rounds.claim()  # ... and the node dies before pushing
         assert [c.offset for c in claimed] == [sent.offset]
         assert check_request(db, sent.offset)["status"] == CheckStatus.PENDING
 
         # the other nodes do not repeat the claimed check early ...
         for node in survivors:
-            assert (await node.checkback.run_round()).claimed == 0
+            assert (await node.checkback.rounds.run_round()).claimed == 0
         assert receiver.received == []
 
         # ... but check the message again once its next check is due
@@ -143,10 +143,10 @@ async def test_a_restarted_node_does_not_repeat_checks(
     """RocketMQ #2117: the next check time is stored, so a restart starts nowhere early."""
     settings.check_interval_seconds = 3600.0
     async with Coordinator.connect(database_url, settings) as before:
-        await before.checkback.heartbeat(GROUP, INSTANCE)
+        await before.checkback.producers.heartbeat(GROUP, INSTANCE)
         sent = await before.transactions.prepare(half())
         make_due(db, sent.offset)
-        assert len((await before.checkback.run_round()).checked) == 1
+        assert len((await before.checkback.rounds.run_round()).checked) == 1
     async with Coordinator.connect(database_url, settings) as after:
-        assert (await after.checkback.run_round()).claimed == 0
+        assert (await after.checkback.rounds.run_round()).claimed == 0
     assert message(db, sent.offset)["check_count"] == 1

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from coordinator.core import Coordinator
-from coordinator.core.checkback import service
+from coordinator.core.checkback import rounds
 from coordinator.core.checkback.scheduler import CheckScheduler
 from coordinator.domain.states import CheckStatus, Resolution
 from tests.checkback_helpers import INSTANCE, check_request, check_settings, make_due, message
@@ -49,13 +49,13 @@ async def test_a_hanging_check_url_does_not_delay_other_producers(
     answer = (200, {"resolution": Resolution.COMMIT.value})
     async with Coordinator.connect(database_url, settings) as core:
         with SilentCheckUrl() as silent, PushReceiver(lambda _: answer) as fast:
-            await core.checkback.heartbeat(SLOW_GROUP, INSTANCE, silent.url)
-            await core.checkback.heartbeat(GROUP, INSTANCE, fast.url)
+            await core.checkback.producers.heartbeat(SLOW_GROUP, INSTANCE, silent.url)
+            await core.checkback.producers.heartbeat(GROUP, INSTANCE, fast.url)
             slow = await core.transactions.prepare(half(producer_group=SLOW_GROUP))
             first = await core.transactions.prepare(half())
             make_due(db, slow.offset, first.offset)
 
-            scheduler = CheckScheduler(core.checkback.run_round, interval_seconds=0.1)
+            scheduler = CheckScheduler(core.checkback.rounds.run_round, interval_seconds=0.1)
             scheduler.start()
             try:
                 await _until("the slow push is sent", lambda: silent.connections == 1)
@@ -84,7 +84,7 @@ async def test_a_hanging_check_url_does_not_delay_other_producers(
             assert check_request(db, slow.offset)["status"] == CheckStatus.PUSHING
             assert sorted(fast.offsets()) == sorted([first.offset, second.offset])
         # The silent URL is gone, its connection closed: the push fails now.
-        await asyncio.wait_for(core.checkback.settle(), DEADLINE)
+        await asyncio.wait_for(core.checkback.rounds.settle(), DEADLINE)
         assert check_request(db, slow.offset)["status"] == CheckStatus.FAILED
 
 
@@ -94,17 +94,17 @@ async def test_a_push_that_times_out_is_a_failed_check_and_the_next_check_follow
     settings = check_settings(check_push_timeout_seconds=1.0)
     async with Coordinator.connect(database_url, settings) as core:
         with SilentCheckUrl() as silent:
-            await core.checkback.heartbeat(SLOW_GROUP, INSTANCE, silent.url)
+            await core.checkback.producers.heartbeat(SLOW_GROUP, INSTANCE, silent.url)
             slow = await core.transactions.prepare(half(producer_group=SLOW_GROUP))
             make_due(db, slow.offset)
-            first = await core.checkback.run_round()
+            first = await core.checkback.rounds.run_round()
             assert first.handed_to_push == 1
             await _until("the push is sent", lambda: silent.connections == 1)
 
             make_due(db, slow.offset)
-            assert (await core.checkback.run_round()).claimed == 0  # its push is in flight
+            assert (await core.checkback.rounds.run_round()).claimed == 0  # its push is in flight
 
-            await asyncio.wait_for(core.checkback.settle(), DEADLINE)
+            await asyncio.wait_for(core.checkback.rounds.settle(), DEADLINE)
             assert (first.pushed, first.push_failures) == (0, 1)
             request = check_request(db, slow.offset)
             assert request["status"] == CheckStatus.FAILED
@@ -115,7 +115,7 @@ async def test_a_push_that_times_out_is_a_failed_check_and_the_next_check_follow
             assert (row["state"], row["check_count"]) == ("prepared", 1)  # the check counted
 
             make_due(db, slow.offset)
-            assert len((await core.checkback.run_round()).checked) == 1
+            assert len((await core.checkback.rounds.run_round()).checked) == 1
             await _until("the next check is pushed", lambda: silent.connections == 2)
             assert message(db, slow.offset)["check_count"] == 2
 
@@ -123,14 +123,14 @@ async def test_a_push_that_times_out_is_a_failed_check_and_the_next_check_follow
 async def test_a_stopping_node_cuts_a_hanging_push_short_and_records_why(
     database_url: str, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service, "PUSHES_FINISH_SECONDS", 0.5)
+    monkeypatch.setattr(rounds, "PUSHES_FINISH_SECONDS", 0.5)
     settings = check_settings(check_push_timeout_seconds=30.0)
     with SilentCheckUrl() as silent:
         async with Coordinator.connect(database_url, settings) as core:
-            await core.checkback.heartbeat(SLOW_GROUP, INSTANCE, silent.url)
+            await core.checkback.producers.heartbeat(SLOW_GROUP, INSTANCE, silent.url)
             slow = await core.transactions.prepare(half(producer_group=SLOW_GROUP))
             make_due(db, slow.offset)
-            await core.checkback.run_round()
+            await core.checkback.rounds.run_round()
             await _until("the push is sent", lambda: silent.connections == 1)
             core.begin_shutdown()
             closing = time.monotonic()

@@ -24,14 +24,14 @@ def _documented_queries() -> list[str]:
 def test_the_documented_queries_run(database_url: str, db: psycopg.Connection) -> None:
     async def seed() -> None:
         async with Coordinator.connect(database_url, check_settings(check_max=1)) as core:
-            await core.checkback.heartbeat(GROUP, INSTANCE)
+            await core.checkback.producers.heartbeat(GROUP, INSTANCE)
             sent = await core.transactions.prepare_batch(
                 [half(body=f"m{i}".encode()) for i in range(3)]
             )
             make_due(db, *(s.offset for s in sent))
-            await core.checkback.run_round()
+            await core.checkback.rounds.run_round()
             make_due(db, sent[0].offset)
-            await core.checkback.run_round()  # discarded
+            await core.checkback.rounds.run_round()  # discarded
 
     asyncio.run(seed())
     queries = _documented_queries()

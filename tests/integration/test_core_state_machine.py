@@ -422,7 +422,7 @@ class CoreMachine(RuleBasedStateMachine):
             self._make_due(prepared if due == "all" else [_pick(prepared, pick)])
         want = self.model.claim_round()
         note(f"check round: expect {want}")
-        result = self.run(self.core.checkback.run_round())
+        result = self.run(self.core.checkback.rounds.run_round())
 
         def addressed(action: ClaimAction, instance_id: str | None) -> str | None:
             # a discarded or expired message is addressed to nobody (the claim
@@ -446,7 +446,7 @@ class CoreMachine(RuleBasedStateMachine):
 
     def _heartbeat(self, group: str, instance: str) -> None:
         self.model.heartbeat(group, instance)
-        producer = self.run(self.core.checkback.heartbeat(group, instance))
+        producer = self.run(self.core.checkback.producers.heartbeat(group, instance))
         assert producer.live and (producer.producer_group, producer.instance_id) == (
             group,
             instance,
@@ -468,7 +468,7 @@ class CoreMachine(RuleBasedStateMachine):
             self._heartbeat(group, instance)
         elif action == "leave":
             registered = self.model.leave(group, instance)
-            assert self.run(self.core.checkback.leave(group, instance)) is registered
+            assert self.run(self.core.checkback.producers.leave(group, instance)) is registered
         else:
             self.db.execute(
                 "UPDATE producers SET last_seen_at = now() - make_interval(secs => %s) "
@@ -516,7 +516,7 @@ class CoreMachine(RuleBasedStateMachine):
 
     def _poll(self, group: str, instance: str) -> None:
         want = self.model.poll(group, instance)
-        got = self.run(self.core.checkback.poll(group, instance, wait_seconds=0))
+        got = self.run(self.core.checkback.pull.poll(group, instance, wait_seconds=0))
         assert [(r.offset, r.transaction_id, r.check_count) for r in got] == [
             (m.offset, m.transaction_id, m.check_count) for m in want
         ], (want, got)
@@ -572,10 +572,10 @@ class CoreMachine(RuleBasedStateMachine):
     def _operate(self, message: Message, action: str) -> None:
         if action == "recheck":
             want = self.model.operator_recheck(message)
-            call = self.core.checkback.recheck(message.offset)
+            call = self.core.checkback.operator.recheck(message.offset)
         else:
             want = self.model.operator_resolve(message, Resolution(action))
-            call = self.core.checkback.resolve(message.offset, Resolution(action))
+            call = self.core.checkback.operator.resolve(message.offset, Resolution(action))
         note(f"operator {action} of {message.offset}: expect {want}")
         self._expect_operator(want, self.attempt(call))
 

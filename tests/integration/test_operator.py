@@ -22,11 +22,11 @@ def settings() -> Settings:
 
 
 async def _discarded(core: Coordinator, db: psycopg.Connection) -> SendResult:
-    await core.checkback.heartbeat(GROUP, INSTANCE)
+    await core.checkback.producers.heartbeat(GROUP, INSTANCE)
     sent = await core.transactions.prepare(half())
     for _ in range(2):  # check_max = 1: one check, then discarded
         make_due(db, sent.offset)
-        await core.checkback.run_round()
+        await core.checkback.rounds.run_round()
     assert message(db, sent.offset)["state"] == "discarded"
     return sent
 
@@ -35,7 +35,7 @@ async def test_recheck_re_arms_a_discarded_message(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     sent = await _discarded(core, db)
-    result = await core.checkback.recheck(sent.offset)
+    result = await core.checkback.operator.recheck(sent.offset)
     assert (result.previous_state, result.state, result.changed) == (
         MessageState.DISCARDED,
         MessageState.PREPARED,
@@ -55,9 +55,9 @@ async def test_recheck_re_arms_a_discarded_message(
         "re-armed: check count reset, checked back now",
     )
     # due at once, with a fresh budget
-    result = await core.checkback.run_round()
+    result = await core.checkback.rounds.run_round()
     assert [c.offset for c in result.checked] == [sent.offset]
-    (request,) = await core.checkback.poll(GROUP, INSTANCE)
+    (request,) = await core.checkback.pull.poll(GROUP, INSTANCE)
     assert request.check_count == 1
     await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT, from_check=True))
     assert message(db, sent.offset)["state"] == "committed"
@@ -71,7 +71,7 @@ async def test_an_operator_resolves_a_discarded_message(
     core: Coordinator, db: psycopg.Connection, resolution: Resolution, state: str
 ) -> None:
     sent = await _discarded(core, db)
-    result = await core.checkback.resolve(sent.offset, resolution)
+    result = await core.checkback.operator.resolve(sent.offset, resolution)
     assert result.changed and result.state.value == state
     row = message(db, sent.offset)
     assert (row["state"], row["resolution_source"]) == (state, "operator")
@@ -83,7 +83,7 @@ async def test_an_operator_resolves_a_prepared_message(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     sent = await core.transactions.prepare(half())
-    await core.checkback.resolve(sent.offset, Resolution.COMMIT)
+    await core.checkback.operator.resolve(sent.offset, Resolution.COMMIT)
     assert message(db, sent.offset)["state"] == "committed"
     assert history(db, sent.offset)[-1][:3] == ("operator", "prepared", "committed")
     # the producer's late answer is an idempotent repeat
@@ -96,20 +96,20 @@ async def test_operator_actions_refuse_what_does_not_fit(
 ) -> None:
     sent = await core.transactions.prepare(half())
     with pytest.raises(StateConflict, match="only a discarded message can be re-armed"):
-        await core.checkback.recheck(sent.offset)
+        await core.checkback.operator.recheck(sent.offset)
 
     await core.transactions.end(end(sent.transaction_id, Resolution.ROLLBACK))
-    again = await core.checkback.resolve(sent.offset, Resolution.ROLLBACK)
+    again = await core.checkback.operator.resolve(sent.offset, Resolution.ROLLBACK)
     assert again.changed is False and again.state is MessageState.ROLLED_BACK
     with pytest.raises(StateConflict, match="already rolled_back; it cannot be committed") as e:
-        await core.checkback.resolve(sent.offset, Resolution.COMMIT)
+        await core.checkback.operator.resolve(sent.offset, Resolution.COMMIT)
     assert e.value.current_state == "rolled_back"
     assert len(history(db, sent.offset)) == 2
 
     with pytest.raises(NotFound):
-        await core.checkback.recheck(987654)
+        await core.checkback.operator.recheck(987654)
     with pytest.raises(NotFound):
-        await core.checkback.resolve(987654, Resolution.COMMIT)
+        await core.checkback.operator.resolve(987654, Resolution.COMMIT)
 
 
 async def test_a_discarded_message_past_retention_cannot_be_re_armed(
@@ -120,6 +120,6 @@ async def test_a_discarded_message_past_retention_cannot_be_re_armed(
         "UPDATE messages SET born_at = now() - interval '73 hours' WHERE id = %s", (sent.offset,)
     )
     with pytest.raises(StateConflict, match="would expire at once"):
-        await core.checkback.recheck(sent.offset)
-    await core.checkback.resolve(sent.offset, Resolution.ROLLBACK)  # the way out
+        await core.checkback.operator.recheck(sent.offset)
+    await core.checkback.operator.resolve(sent.offset, Resolution.ROLLBACK)  # the way out
     assert message(db, sent.offset)["state"] == "rolled_back"

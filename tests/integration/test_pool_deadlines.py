@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from coordinator.db.pool import open_pool
-from coordinator.db.queries import execute, fetch_one
+from coordinator.db.queries import fetch_one
 from coordinator.domain.errors import DatabaseUnavailable
 
 
@@ -98,7 +98,7 @@ async def test_synchronous_commit_is_pinned_whatever_the_database_default(
     await pool.open(wait=True)
     try:
         async with pool.connection() as conn:
-            await execute(conn, "ping")
+            await fetch_one(conn, "ping")
             row = await (await conn.execute("SHOW synchronous_commit")).fetchone()
             assert row is not None and row["synchronous_commit"] == level
     finally:

@@ -384,7 +384,7 @@ async def test_the_scheduled_job_deletes_a_message_soon_after_its_retention(
     core: Coordinator, db: psycopg.Connection
 ) -> None:
     sent = await core.transactions.send(half(topic="nobody-listens"))
-    enabled = dataclasses.replace(core.configs.retention, enabled=True)
+    enabled = dataclasses.replace(core.configs.retention, retention_enabled=True)
     async with running_retention(core.retention.run_round, enabled):
         for _ in range(100):  # up to 10 s
             if not present(db, sent.offset):

@@ -2,8 +2,8 @@
 never from a Coordinator nor the Settings.
 
 Each service takes the pool (and the notifier and stop signal) in a
-`CoreContext` and the few values it reads in its own frozen config; CheckBack
-also takes the function that ends a transaction, the scheduler the round it
+`CoreContext` and the few values it reads in its own frozen config; the check-back
+rounds also take the function that ends a transaction, the scheduler the round it
 runs. Each is built here without the object that composes them in production,
 with a config written out by hand.
 """
@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from coordinator.core.auth import Authenticator
-from coordinator.core.checkback import CheckBack
+from coordinator.core.checkback.registry import ProducerRegistry
+from coordinator.core.checkback.rounds import CheckRounds
 from coordinator.core.checkback.scheduler import CheckScheduler, running_check_scheduler
 from coordinator.core.configs import (
     AuthConfig,
@@ -66,6 +68,8 @@ TRANSACTIONS = TransactionsConfig(
     transaction_timeout_seconds=6.0,
     group_commit_max_batch=50,
     group_commit_max_inflight=1,
+    group_commit_linger_seconds=0.0,
+    max_delay_seconds=3600.0,
 )
 CHECK_BACK = CheckBackConfig(
     producer_ttl_seconds=30.0,
@@ -81,6 +85,10 @@ CHECK_BACK = CheckBackConfig(
     max_inflight_dispatches=4,
     max_long_poll_seconds=60.0,
     check_poll_fallback_seconds=0.1,
+    max_check_answer_bytes=4096,
+    check_push_secret=None,
+    check_source_key="alone",
+    check_source_key_file=Path("unused.key"),
 )
 
 
@@ -96,7 +104,12 @@ def _insert_half_message(db: psycopg.Connection) -> int:
 
 
 async def test_delivery_works_from_its_context_alone(context: CoreContext) -> None:
-    delivery = Delivery(context, DeliveryConfig(max_long_poll_seconds=5.0))
+    delivery = Delivery(
+        context,
+        DeliveryConfig(
+            max_long_poll_seconds=5.0, max_subscriptions_per_group=4, max_metric_label_values=10
+        ),
+    )
     subscribed = await delivery.subscribe("billing", TOPIC, "created || paid")
     assert subscribed.created and subscribed.subscription.tags == ("created", "paid")
     assert [s.topic for s in await delivery.subscriptions("billing")] == [TOPIC]
@@ -129,7 +142,12 @@ async def test_transactions_work_from_their_context_and_config_alone(
 
 async def test_tokens_overview_and_authenticator_work_alone(context: CoreContext) -> None:
     created = await Tokens(context).create("alone", Grants(admin=True))
-    overview = await OverviewReader(context, OverviewConfig(producer_ttl_seconds=30.0)).read(0)
+    overview = await OverviewReader(
+        context,
+        OverviewConfig(
+            producer_ttl_seconds=30.0, idle_consumer_group_hours=1.0, retention_enabled=False
+        ),
+    ).read(0)
     assert overview.pending == 0
     limits = LimitsConfig(rate_limit_per_second=0, rate_limit_burst=1, max_long_polls_per_token=1)
     config = AuthConfig(token_refresh_seconds=60.0, open_allowed=True, limits=limits)
@@ -153,13 +171,14 @@ async def test_check_back_hands_pushed_answers_to_the_end_function_it_was_given(
             changed=True,
         )
 
-    checkback = CheckBack(context, CHECK_BACK, end)
+    producers = ProducerRegistry(context, CHECK_BACK)
+    rounds = CheckRounds(context, CHECK_BACK, end)
     offset = _insert_half_message(db)
     with PushReceiver(lambda _: (200, {"resolution": "commit"})) as receiver:
-        await checkback.heartbeat(GROUP, INSTANCE, receiver.url)
+        await producers.heartbeat(GROUP, INSTANCE, receiver.url)
         make_due(db, offset)
-        result = await checkback.run_round()
-        await checkback.settle()
+        result = await rounds.run_round()
+        await rounds.settle()
     assert result.pushed == 1 and result.resolved_by_push == 1
     assert [(r.transaction_id, r.producer_group, r.from_check) for r in ended] == [
         ("tx-alone-1", GROUP, True)
@@ -185,7 +204,7 @@ async def test_a_disabled_scheduler_runs_nothing() -> None:
     async def run_round() -> RoundResult:
         raise AssertionError("a disabled scheduler ran a round")
 
-    config = SchedulerConfig(enabled=False, scan_interval_seconds=0.01)
+    config = SchedulerConfig(check_scheduler_enabled=False, check_scan_interval_seconds=0.01)
     async with running_check_scheduler(run_round, config) as scheduler:
         await asyncio.sleep(0.1)
     assert scheduler is None

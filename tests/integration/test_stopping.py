@@ -37,7 +37,9 @@ async def test_waiting_polls_answer_empty_at_once_when_the_server_stops(
     async with Coordinator.connect(database_url, Settings(), listen=True) as core:
         await core.delivery.subscribe("billing", "orders")
         receive = asyncio.create_task(core.delivery.receive("billing", wait_seconds=LONG_WAIT))
-        checks = asyncio.create_task(core.checkback.poll(GROUP, INSTANCE, wait_seconds=LONG_WAIT))
+        checks = asyncio.create_task(
+            core.checkback.pull.poll(GROUP, INSTANCE, wait_seconds=LONG_WAIT)
+        )
         await asyncio.sleep(0.5)
         assert not receive.done() and not checks.done()
 
@@ -48,7 +50,7 @@ async def test_waiting_polls_answer_empty_at_once_when_the_server_stops(
         # One that comes while the server stops does not wait either.
         started = time.monotonic()
         assert await core.delivery.receive("billing", wait_seconds=LONG_WAIT) == []
-        assert await core.checkback.poll(GROUP, INSTANCE, wait_seconds=LONG_WAIT) == []
+        assert await core.checkback.pull.poll(GROUP, INSTANCE, wait_seconds=LONG_WAIT) == []
         assert time.monotonic() - started < PROMPT
 
 
@@ -66,12 +68,12 @@ async def test_a_round_of_a_stopping_server_ends_after_its_batch(
 ) -> None:
     settings = check_settings(check_batch_size=2)
     async with Coordinator.connect(database_url, settings) as core:
-        await core.checkback.heartbeat(GROUP, INSTANCE)
+        await core.checkback.producers.heartbeat(GROUP, INSTANCE)
         sent = [await core.transactions.prepare(half(body=f"order {i}".encode())) for i in range(5)]
         make_due(db, *(s.offset for s in sent))
 
         core.begin_shutdown()
-        stopping = await core.checkback.run_round()
+        stopping = await core.checkback.rounds.run_round()
         assert stopping.claimed == 2  # one batch; the rest stays due for the next round
         (due,) = db.execute(
             "SELECT count(*) FROM messages WHERE id = ANY(%s) AND check_count = 0",

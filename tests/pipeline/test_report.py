@@ -10,8 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from bench.report_figures import assert_same_datasets, dataset_rows, same_figure
-from coordinator.db.queries import query
+from bench.report_figures import (
+    REFERENCE_SQL,
+    assert_same_datasets,
+    dataset_rows,
+    same_figure,
+)
 from coordinator.pipeline.archive import ArchiveOptions, run_archive
 from coordinator.pipeline.archive_layout import MESSAGES
 from coordinator.pipeline.figures import STATES
@@ -74,7 +78,7 @@ def test_hourly_figures_equal_the_sql_aggregate(
     spark_rows = dataset_rows(tmp_path / "figures_hourly", ("producer_group", "topic", "hour"))
     sql_rows = {
         (r[0], r[1], r[2]): r
-        for r in db.execute(query("pipeline_report_reference"), {"as_of": AS_OF}).fetchall()
+        for r in db.execute(REFERENCE_SQL["pipeline_report_reference"], {"as_of": AS_OF}).fetchall()
     }
     assert spark_rows.keys() == sql_rows.keys()
     assert len(spark_rows) > 60  # 3 groups x 3 topics x ~30 hours, plus the solo group
@@ -118,7 +122,7 @@ def test_hourly_figures_equal_the_sql_aggregate(
     checks = dataset_rows(
         tmp_path / "check_counts", ("producer_group", "topic", "hour", "check_count")
     )
-    sql_checks = db.execute(query("pipeline_report_reference_checks")).fetchall()
+    sql_checks = db.execute(REFERENCE_SQL["pipeline_report_reference_checks"]).fetchall()
     assert {k: r["messages"] for k, r in checks.items()} == {
         (g, t, h, c): n for g, t, h, c, n in sql_checks
     }

@@ -6,7 +6,7 @@ import pytest
 
 from coordinator.config import Settings
 from coordinator.core.auth import Authenticator, Limits
-from coordinator.core.configs import LimitsConfig, ServiceConfigs, is_loopback, open_allowed
+from coordinator.core.configs import LimitsConfig, ServiceConfigs, open_allowed
 from coordinator.core.context import CoreContext
 from coordinator.core.tokens import check_grants
 from coordinator.domain.access import Grants, Principal
@@ -133,7 +133,6 @@ def test_long_polls_per_token_are_bounded_and_released() -> None:
     ],
 )
 def test_only_loopback_addresses_may_serve_without_tokens(host: str, loopback: bool) -> None:
-    assert is_loopback(host) is loopback
     assert open_allowed(Settings(host=host)) is loopback
     assert open_allowed(Settings(host=host, insecure=True)) is True
 

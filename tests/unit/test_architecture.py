@@ -30,9 +30,11 @@ ALLOWED: dict[str, set[str]] = {
     "logs": set(),
     "db": {"domain", "config", "db"},
     "core": {"domain", "config", "metrics", "db", "core"},
-    # The doors are peers: each takes the core, none imports another.
-    "grpc": {"domain", "config", "metrics", "logs", "core", "grpc"},
-    "http": {"domain", "config", "metrics", "logs", "core", "views", "http"},
+    # The doors are peers: each takes the core, none imports another. Neither
+    # reads `Settings` (config): each reads its own config, which
+    # core/configs.py builds with the services' (`core.configs.http`).
+    "grpc": {"domain", "metrics", "logs", "core", "grpc"},
+    "http": {"domain", "metrics", "logs", "core", "views", "http"},
     # What the core holds, as JSON: the doors answer with these models and the
     # CLI's --json prints them, so they belong to neither.
     "views": {"domain", "views"},
@@ -364,7 +366,7 @@ def _names_settings(path: Path) -> list[int]:
 
 def test_core_services_never_receive_the_settings() -> None:
     # The Coordinator, which `connect` builds from the settings, hands them to
-    # configs.py and keeps them for the doors; no service is given them.
+    # configs.py and keeps the configs (the doors' too); no service is given them.
     allowed = SETTINGS_READERS_IN_CORE | {"coordinator.core.coordinator"}
     found = {
         f"{name}:{line}"
@@ -470,3 +472,65 @@ def test_the_metric_state_rule_sees_a_metric_made_at_import_time(tmp_path: Path)
         "8:global registry",
         "8:in function",
     ]
+
+
+def _rewirings(path: Path) -> list[int]:
+    """Lines that wire an object after the function that built it constructed it.
+
+    Built means `part = Part(...)` or `self.part = Part(...)` in the same
+    function; wiring means handing it a member of another object afterwards
+    (`part.hook = other.method`, or a lambda) or copying one of its members
+    onto self (`self.method = part.method`). Filling in a record built there
+    (`result.count = 3`) is not wiring. Dependencies go to constructors, and
+    a class's API is its own.
+    """
+    lines = []
+    for function in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        built: set[str] = set()
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Assign):
+                continue
+            for target in node.targets:
+                if (
+                    isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name)
+                    and node.value.func.id[:1].isupper()
+                ):
+                    built.add(ast.unparse(target))
+                elif (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(node.value, ast.Attribute | ast.Lambda)
+                    and (
+                        ast.unparse(target.value) in built
+                        or (
+                            isinstance(node.value, ast.Attribute)
+                            and ast.unparse(node.value.value) in built
+                            and node.value.attr == target.attr
+                        )
+                    )
+                ):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_objects_get_their_dependencies_from_their_constructors() -> None:
+    found = {f"{name}:{line}" for name, path in _modules().items() for line in _rewirings(path)}
+    assert found == set()
+
+
+def test_the_wiring_rule_sees_a_facade_and_a_hook_set_late(tmp_path: Path) -> None:
+    facade = tmp_path / "facade.py"
+    facade.write_text(
+        "class Facade:\n"
+        "    def __init__(self) -> None:\n"
+        "        part = Part()\n"
+        "        self.other = Other()\n"
+        "        self.run = part.run\n"
+        "        self.other.hook = part.run\n"
+        "        part.hook = self.other.hook\n"
+        "        self.kept = part\n"
+        "        part.count = len(self.kept)\n"
+    )
+    assert _rewirings(facade) == [5, 6, 7]

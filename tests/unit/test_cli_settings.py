@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from pydantic import SecretStr
 
+from coordinator.cli import app as cli_app
 from coordinator.cli.global_options import hoisted
 from coordinator.cli.sources import (
     ConfigFileError,
@@ -177,3 +181,41 @@ HOISTED = [
 @pytest.mark.parametrize(("given", "parsed"), HOISTED)
 def test_the_global_options_after_the_command_move_before_it(given: str, parsed: str) -> None:
     assert hoisted(given.split()) == parsed.split()
+
+
+def _setting_options(command: Any, path: str = "coordinator") -> Iterator[tuple[str, Any]]:
+    """(command path, option) of every option named after a setting, in every command."""
+    for param in command.params:
+        if param.param_type_name == "option" and param.name in Settings.model_fields:
+            yield path, param
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _setting_options(sub, f"{path} {name}")
+
+
+def _stated_default(option: Any, text: str) -> Any:
+    """What a help text's `default: TEXT` means as a value of the option's setting."""
+    if option.is_flag and option.secondary_opts:
+        # `--reject-x/--accept-x [default: accept]`: the flag the default is.
+        on = any(flag.startswith(f"--{text}") for flag in option.opts)
+        off = any(flag.startswith(f"--{text}") for flag in option.secondary_opts)
+        assert on != off, f"{text!r} names neither flag of {option.opts}"
+        return on
+    if text in ("off", "unset"):
+        return None
+    default = Settings.model_fields[option.name].default
+    return type(default)(text)
+
+
+def test_the_help_states_the_settings_own_defaults() -> None:
+    # Help texts say `[default: ...]` themselves (the options' own default is
+    # None: not given); each stated default must be the setting's.
+    stated = {}
+    for path, option in _setting_options(typer.main.get_command(cli_app)):
+        match = re.search(r"[\[;] ?default: ([^\]]+)\]", option.help or "")
+        if match:
+            stated[f"{path} {option.opts[0]}"] = (
+                _stated_default(option, match.group(1)),
+                Settings.model_fields[option.name].default,
+            )
+    assert len(stated) >= 10  # serve's, and --data-dir
+    assert {flag: pair for flag, pair in stated.items() if pair[0] != pair[1]} == {}

@@ -114,6 +114,6 @@ def test_urls_convert_between_libpq_and_sqlalchemy() -> None:
 def test_named_queries_parse_and_names_are_unique() -> None:
     queries = all_queries()
     assert {"insert_messages", "end_transactions", "get_history"} <= queries.keys()
-    assert all(q and not q.endswith(";") for q in queries.values())
+    assert all(q.text and not q.text.endswith(";") for q in queries.values())
     with pytest.raises(ValueError, match="defined twice"):
         parse_queries("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;")

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from coordinator.config import Settings
+from tests import layout
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -42,3 +43,32 @@ def test_every_test_the_docs_name_exists() -> None:
         or not re.search(rf"^(async )?def {test}\(", (root / path).read_text(), re.M)
     ]
     assert missing == []
+
+
+def test_every_module_says_what_it_is_in_a_docstring() -> None:
+    # The development page's layout is made of these summaries.
+    assert [str(path) for path in layout.modules() if layout.summary(path) is None] == []
+
+
+def test_the_development_page_lists_the_modules_as_their_docstrings_say() -> None:
+    page = layout.PAGE.read_text()
+    assert layout.with_layout(page, layout.layout()) == page, (
+        f"the layout in docs/development.md differs from the modules' docstrings: "
+        f"rewrite it with `{layout.COMMAND}`"
+    )
+
+
+def test_the_layout_generator_replaces_only_its_part(tmp_path: Path) -> None:
+    package = tmp_path / "coordinator"
+    (package / "core").mkdir(parents=True)
+    (package / "__init__.py").write_text('"""The package."""\n')
+    (package / "core" / "__init__.py").write_text('"""The core:\nits services."""\n')
+    (package / "core" / "rounds.py").write_text('"""Rounds, batch\nby batch.\n\nMore."""\n')
+    page = f"# Page\n\nprose\n\n{layout.BEGIN}\n\nstale\n\n{layout.END}\n\nafter\n"
+    assert layout.with_layout(page, layout.layout(package)) == (
+        f"# Page\n\nprose\n\n{layout.BEGIN}\n\n"
+        "### `coordinator/`\n\nThe package.\n\n"
+        "### `coordinator/core/`\n\nThe core: its services.\n\n"
+        "- `rounds.py`: Rounds, batch by batch.\n\n"
+        f"{layout.END}\n\nafter\n"
+    )

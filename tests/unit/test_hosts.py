@@ -39,14 +39,25 @@ def test_a_host_header_names_one_host_or_none(header: str, name: str | None) -> 
         ("127.255.0.9", True),
         ("[::1]", True),
         ("[::ffff:7f00:1]", True),  # ::ffff:127.0.0.1
+        # Listen addresses, as settings and flags write them.
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("LocalHost", True),
         ("localhost.example.com", False),
         ("128.0.0.1", False),
         ("127.example.com", False),
         ("[::2]", False),
         ("0.0.0.0", False),
+        ("::", False),
+        ("[::]", False),
+        ("10.0.0.8", False),
+        ("::ffff:10.0.0.8", False),
+        ("example.org", False),
     ],
 )
 def test_only_names_that_mean_this_machine_are_loopback(name: str, loopback: bool) -> None:
+    # One rule for the Host headers the HTTP door answers without authentication
+    # and for the listen addresses `coordinator serve` may serve without tokens on.
     assert is_loopback(name) is loopback
 
 

@@ -31,6 +31,7 @@ from coordinator.http import create_app, routes
 from coordinator.http.hot_routes import HotRoutes, api_routes
 from coordinator.http.route_table import Route, RouteTable
 from coordinator.http.schemas import ErrorOut
+from tests.configs import configs
 from tests.conftest import LiveServer
 from tests.factories import GROUP, TOPIC
 
@@ -42,7 +43,7 @@ EXPECTED_HOT = {"prepare", "prepare_batch", "end", "end_batch", "send", "send_ba
 @pytest.fixture(scope="module")
 def served() -> HotRoutes:
     # The app is only built here: it opens nothing (the node attaches the core).
-    return create_app()
+    return create_app(configs().http)
 
 
 def _sample_path(template: str) -> str:

@@ -7,7 +7,7 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.domain.rules import MAX_POLL_WAIT_SECONDS
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 from coordinator.domain.states import MessageState, Source
 from coordinator.metrics import Meter, process_registry
 
@@ -45,7 +45,7 @@ def test_the_longest_long_poll_lands_in_a_finite_bucket(
 ) -> None:
     meter = Meter()
     # A long poll answers a little after its wait: its own work, the loop's latency.
-    getattr(meter, door).observe(labels, len(labels) - 1, MAX_POLL_WAIT_SECONDS + 0.05)
+    getattr(meter, door).observe(labels, len(labels) - 1, LONGEST_POLL_SECONDS + 0.05)
     buckets = _buckets(meter, f"coordinator_{histogram}_duration_seconds")
     finite = [bound for bound, count in buckets.items() if count and not math.isinf(bound)]
     assert finite, buckets

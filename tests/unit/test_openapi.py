@@ -29,8 +29,9 @@ from coordinator.domain.errors import InvalidMessage
 from coordinator.domain.messages import NewMessage
 from coordinator.http import create_app
 from coordinator.http.fields import BASE64_PATTERN
+from tests.configs import configs
 
-SPEC = create_app().app.openapi()
+SPEC = create_app(configs().http).app.openapi()
 ERROR_REF = "#/components/schemas/ErrorOut"
 
 # Names of the fields and parameters that carry names and ids, wherever they are.

@@ -13,11 +13,11 @@ from coordinator.core.configs import ServiceConfigs
 def test_resolved_retention_and_duplicate_window_follow_retention_hours_by_default() -> None:
     config = ServiceConfigs.from_settings(Settings(database_url=None, retention_hours=0.5))
     retention = config.retention
-    assert retention.resolved_retention_hours == 0.5
+    assert retention.resolved_retention == 0.5
     assert retention.duplicate_window == 0.5
     assert (retention.unacked_retention_hours, retention.dead_letter_retention_hours) == (72, 168)
     assert not retention.archive_first and not retention.remove_idle_consumer_groups
-    assert retention.enabled and retention.interval_seconds <= 10
+    assert retention.retention_enabled and retention.retention_interval_seconds <= 10
 
 
 def test_each_retention_may_be_set_on_its_own() -> None:
@@ -28,7 +28,7 @@ def test_each_retention_may_be_set_on_its_own() -> None:
         archive_dir=Path("/srv/archive"),
     )
     retention = ServiceConfigs.from_settings(settings).retention
-    assert (retention.resolved_retention_hours, retention.duplicate_window) == (2, 24)
+    assert (retention.resolved_retention, retention.duplicate_window) == (2, 24)
     assert retention.archive_first
 
 

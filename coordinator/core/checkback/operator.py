@@ -11,10 +11,11 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from coordinator.core.configs import CheckBackConfig
+from coordinator.core.context import CoreContext
 from coordinator.db.queries import fetch_one
 from coordinator.domain.checkback import OperatorResult
 from coordinator.domain.errors import NotFound, StateConflict
-from coordinator.domain.states import MessageState, Resolution
+from coordinator.domain.states import MessageState, Resolution, Source
 
 
 def _result(row: dict[str, Any]) -> OperatorResult:
@@ -73,3 +74,24 @@ async def resolve(
         f"{'committed' if target is MessageState.COMMITTED else 'rolled back'}",
         current_state=result.state.value,
     )
+
+
+class OperatorActions:
+    """An operator's re-arming and resolving, each on one message by its offset."""
+
+    def __init__(self, context: CoreContext, config: CheckBackConfig) -> None:
+        self._context = context
+        self._config = config
+
+    async def recheck(self, offset: int) -> OperatorResult:
+        """Re-arm a discarded message: prepared, check count reset, checked back now."""
+        async with self._context.pool.connection() as conn:
+            return await recheck(conn, self._config, offset)
+
+    async def resolve(self, offset: int, resolution: Resolution) -> OperatorResult:
+        """Commit or roll back a prepared or discarded message by hand (source operator)."""
+        async with self._context.pool.connection() as conn:
+            result = await resolve(conn, offset, resolution)
+        if result.changed:
+            self._context.meter.resolved(result.state, Source.OPERATOR, None)
+        return result

@@ -7,6 +7,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from coordinator.core.configs import CheckBackConfig
+from coordinator.core.context import CoreContext
 from coordinator.db.queries import execute, fetch_all, fetch_one
 from coordinator.domain.check_urls import check_url
 from coordinator.domain.checkback import Producer
@@ -71,3 +72,28 @@ async def forget_stale(conn: AsyncConnection[Any], config: CheckBackConfig) -> N
     # Never forget an instance that still counts as live.
     forget_after = max(config.producer_forget_seconds, config.producer_ttl_seconds)
     await execute(conn, "forget_producers", {"producer_forget_seconds": forget_after})
+
+
+class ProducerRegistry:
+    """The instances of each producer group: heard from, left, listed."""
+
+    def __init__(self, context: CoreContext, config: CheckBackConfig) -> None:
+        self._context = context
+        self._config = config
+
+    async def heartbeat(
+        self, producer_group: str, instance_id: str, check_url: str | None = None
+    ) -> Producer:
+        """Register an instance or record that it is alive (with its check URL, if push)."""
+        async with self._context.pool.connection() as conn:
+            return await heartbeat(conn, self._config, producer_group, instance_id, check_url)
+
+    async def leave(self, producer_group: str, instance_id: str) -> bool:
+        """Remove an instance at clean shutdown; False if it was not registered."""
+        async with self._context.pool.connection() as conn:
+            return await remove(conn, producer_group, instance_id)
+
+    async def instances(self, producer_group: str | None = None) -> list[Producer]:
+        """The registered instances (of one group, or of all), live or not."""
+        async with self._context.pool.connection() as conn:
+            return await list_producers(conn, self._config, producer_group)

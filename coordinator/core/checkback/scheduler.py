@@ -64,10 +64,10 @@ async def running_check_scheduler(
     run_round: Callable[[], Awaitable[RoundResult]], config: SchedulerConfig
 ) -> AsyncIterator[CheckScheduler | None]:
     """The check-back job for the lifetime of a served app (unless disabled)."""
-    if not config.enabled:
+    if not config.check_scheduler_enabled:
         yield None
         return
-    scheduler = CheckScheduler(run_round, config.scan_interval_seconds)
+    scheduler = CheckScheduler(run_round, config.check_scan_interval_seconds)
     scheduler.start()
     try:
         yield scheduler

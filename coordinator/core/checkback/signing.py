@@ -15,9 +15,10 @@ import hmac
 import re
 import time
 
+from coordinator.domain.check_urls import DEFAULT_MAX_AGE_SECONDS
+
 SIGNATURE_HEADER = "X-Coordinator-Signature"
 TIMESTAMP_HEADER = "X-Coordinator-Timestamp"
-DEFAULT_MAX_AGE_SECONDS = 300.0  # the default of check_push_max_age_seconds
 _PREFIX = "sha256="
 # ASCII digits only: int() would also take "+1", " 1", "1_0" or other scripts' digits.
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")

@@ -28,12 +28,12 @@ from coordinator.domain.errors import (
     NotFound,
     ReceiptHandleStale,
 )
+from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 from coordinator.domain.rules import (
     DEFAULT_INVISIBLE_SECONDS,
     DEFAULT_MAX_MESSAGES,
     MAX_ACK_BATCH,
     MAX_MESSAGES_LIMIT,
-    MAX_WAIT_SECONDS,
     check_consumer_group,
     check_count,
     check_invisible_seconds,
@@ -57,7 +57,13 @@ class Receiving:
         # Groups whose receives asked since the retention job last took them
         # (it records them as subscriptions.last_received_at): a set add per
         # receive, not a write. Subscribed groups only, so it stays bounded.
-        self.received_groups: set[str] = set()
+        self._received_groups: set[str] = set()
+
+    def take_received_groups(self) -> list[str]:
+        """The consumer groups that received since the previous call (the retention job's)."""
+        groups = sorted(self._received_groups)
+        self._received_groups.clear()
+        return groups
 
     async def receive(
         self,
@@ -79,7 +85,7 @@ class Receiving:
         check_count("max messages", max_messages, MAX_MESSAGES_LIMIT)
         check_invisible_seconds(invisible_seconds)
         # The server may hold long polls for less than the protocol allows.
-        longest = min(MAX_WAIT_SECONDS, self._config.max_long_poll_seconds)
+        longest = min(LONGEST_POLL_SECONDS, self._config.max_long_poll_seconds)
         check_seconds("wait time", wait_seconds, low=0, high=longest, allow_zero=True)
         async with self._context.pool.connection() as conn:
             row = await fetch_one(
@@ -88,7 +94,7 @@ class Receiving:
         if row is None or row["subscriptions"] == 0:
             what = f"topic {topic!r}" if topic is not None else "any topic"
             raise NotFound(f"consumer group {consumer_group!r} does not subscribe to {what}")
-        self.received_groups.add(consumer_group)
+        self._received_groups.add(consumer_group)
 
         params = {
             "consumer_group": consumer_group,

@@ -1,4 +1,4 @@
-"""The delivery service: one face for subscriptions, receiving and dead letters."""
+"""The delivery service: one class over subscriptions, receiving and dead letters."""
 
 from __future__ import annotations
 
@@ -9,39 +9,15 @@ from coordinator.core.delivery.receiving import Receiving
 from coordinator.core.delivery.subscriptions import Subscriptions
 
 
-class Delivery:
-    """Subscriptions, receive, ack, invisible durations, dead letters and lag."""
+class Delivery(Subscriptions, Receiving, DeadLetters):
+    """Subscriptions, receive, ack, invisible durations, dead letters and lag.
+
+    Each part's methods are its own, inherited here under the names callers
+    know; the parts share the context and nothing else (a unit test keeps
+    their names apart), so each still works alone.
+    """
 
     def __init__(self, context: CoreContext, config: DeliveryConfig) -> None:
-        subscriptions = Subscriptions(context, config)
-        self._receiving = receiving = Receiving(context, config)
-        dead_letters = DeadLetters(context)
-        # The parts' methods, under the names callers know.
-        self.subscribe = subscriptions.subscribe
-        self.ensure_subscribed = subscriptions.ensure_subscribed
-        self.unsubscribe = subscriptions.unsubscribe
-        self.subscriptions = subscriptions.subscriptions
-        self.lag = subscriptions.lag
-        self.receive = receiving.receive
-        self.ack = receiving.ack
-        self.ack_batch = receiving.ack_batch
-        self.change_invisible_duration = receiving.change_invisible_duration
-        self.dead_letter = receiving.dead_letter
-        self.dead_letters = dead_letters.dead_letters
-        self.requeue_dead_letter = dead_letters.requeue_dead_letter
-        self.requeue_dead_letters = dead_letters.requeue_dead_letters
-
-    def take_received_groups(self) -> list[str]:
-        """The consumer groups that received since the previous call (the retention job's)."""
-        groups = sorted(self._receiving.received_groups)
-        self._receiving.received_groups.clear()
-        return groups
-
-    @property
-    def poll_interval_seconds(self) -> float:
-        """How often a waiting receive looks again without being notified."""
-        return self._receiving.poll_interval_seconds
-
-    @poll_interval_seconds.setter
-    def poll_interval_seconds(self, seconds: float) -> None:
-        self._receiving.poll_interval_seconds = seconds
+        Subscriptions.__init__(self, context, config)
+        Receiving.__init__(self, context, config)
+        DeadLetters.__init__(self, context)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from datetime import datetime, timedelta
+from typing import Any
 
 from psycopg import AsyncConnection
 
@@ -27,14 +28,15 @@ def _hours(hours: float) -> timedelta:
     return timedelta(hours=hours)
 
 
-async def clock(conn: AsyncConnection, now: datetime | None) -> datetime:
+async def clock(conn: AsyncConnection[Any], now: datetime | None) -> datetime:
     row = await fetch_one(conn, "retention_clock", {"now": now})
     assert row is not None
-    return row["now"]
+    database_now: datetime = row["now"]
+    return database_now
 
 
 async def _drain(
-    conn: AsyncConnection,
+    conn: AsyncConnection[Any],
     name: str,
     params: dict[str, object],
     batch_size: int,
@@ -54,7 +56,7 @@ async def _drain(
 
 
 async def delete_dead_letters(
-    conn: AsyncConnection,
+    conn: AsyncConnection[Any],
     config: RetentionConfig,
     now: datetime,
     result: RetentionResult,
@@ -65,7 +67,7 @@ async def delete_dead_letters(
         conn,
         "retention_delete_dead_letters",
         {"cutoff": cutoff},
-        config.batch_size,
+        config.retention_batch_size,
         "consumer_group",
         stopping,
     )
@@ -73,7 +75,7 @@ async def delete_dead_letters(
 
 
 async def delete_unacked(
-    conn: AsyncConnection,
+    conn: AsyncConnection[Any],
     config: RetentionConfig,
     now: datetime,
     result: RetentionResult,
@@ -84,7 +86,7 @@ async def delete_unacked(
         conn,
         "retention_delete_unacked_deliveries",
         {"cutoff": cutoff},
-        config.batch_size,
+        config.retention_batch_size,
         "consumer_group",
         stopping,
     )
@@ -92,7 +94,7 @@ async def delete_unacked(
 
 
 async def delete_resolved(
-    conn: AsyncConnection,
+    conn: AsyncConnection[Any],
     config: RetentionConfig,
     now: datetime,
     result: RetentionResult,
@@ -111,11 +113,11 @@ async def delete_resolved(
     # Counted from the resolution, which is never before the birth: a
     # message past both bounds is also past the duplicate window from its
     # birth, so no message within reach is held back by the window alone.
-    cutoff = now - _hours(max(config.resolved_retention_hours, config.duplicate_window))
+    cutoff = now - _hours(max(config.resolved_retention, config.duplicate_window))
     params: dict[str, object] = {
         "cutoff": cutoff,
         "born_before": now - _hours(config.duplicate_window),
-        "batch_size": config.batch_size,
+        "batch_size": config.retention_batch_size,
     }
     removed: collections.Counter[str] = collections.Counter()
     try:
@@ -124,7 +126,7 @@ async def delete_resolved(
                 conn, "retention_delete_resolved_messages", {**params, "since": since}
             )
             removed.update(row["state"] for row in rows)
-            if len(rows) < config.batch_size:
+            if len(rows) < config.retention_batch_size:
                 return cutoff  # walked up to the cutoff
             # Full: everything resolved before its newest row was deleted or held.
             since = max(row["resolved_at"] for row in rows)
@@ -135,14 +137,14 @@ async def delete_resolved(
         result.messages.update(removed)
 
 
-async def mark_received(conn: AsyncConnection, groups: list[str], now: datetime) -> None:
+async def mark_received(conn: AsyncConnection[Any], groups: list[str], now: datetime) -> None:
     """Record the groups this node saw receive since its previous round."""
     if groups:
         await execute(conn, "retention_mark_received", {"groups": groups, "at": now})
 
 
 async def idle_groups(
-    conn: AsyncConnection, config: RetentionConfig, now: datetime, result: RetentionResult
+    conn: AsyncConnection[Any], config: RetentionConfig, now: datetime, result: RetentionResult
 ) -> None:
     """Find the idle consumer groups; remove them when configured to."""
     cutoff = now - _hours(config.idle_consumer_group_hours)
@@ -156,8 +158,8 @@ async def idle_groups(
     names = [idle.consumer_group for idle in result.idle_groups]
     # One statement per batch of groups; their deliveries go with their
     # subscriptions, in the same statement.
-    for first in range(0, len(names), config.batch_size):
-        batch = names[first : first + config.batch_size]
+    for first in range(0, len(names), config.retention_batch_size):
+        batch = names[first : first + config.retention_batch_size]
         removed = await fetch_all(
             conn, "retention_remove_consumer_groups", {"consumer_groups": batch, "cutoff": cutoff}
         )
@@ -165,7 +167,7 @@ async def idle_groups(
         result.removed_groups.extend(name for name in batch if name in gone)
 
 
-async def table_figures(conn: AsyncConnection, now: datetime) -> list[TableFigures]:
+async def table_figures(conn: AsyncConnection[Any], now: datetime | None) -> list[TableFigures]:
     rows = await fetch_all(conn, "retention_table_figures", {"now": now})
     return [
         TableFigures(row["name"], int(row["bytes"]), int(row["rows"]), row["oldest_age_seconds"])

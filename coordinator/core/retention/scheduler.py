@@ -42,10 +42,10 @@ async def running_retention(
     run_round: Callable[[], Awaitable[RetentionResult]], config: RetentionConfig
 ) -> AsyncIterator[RetentionScheduler | None]:
     """The retention job for the lifetime of a served node (unless disabled)."""
-    if not config.enabled:
+    if not config.retention_enabled:
         yield None
         return
-    scheduler = RetentionScheduler(run_round, config.interval_seconds)
+    scheduler = RetentionScheduler(run_round, config.retention_interval_seconds)
     scheduler.start()
     try:
         yield scheduler

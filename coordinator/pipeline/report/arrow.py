@@ -15,6 +15,7 @@ Spark adds is executors on other machines.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -107,6 +108,10 @@ def _born_in(ranges: BirthRanges) -> ds.Expression:
     return condition
 
 
+def _reduced_files(source: ReportInput, files: list[Path]) -> pa.Table:
+    return _reduced(_archived(source, files), from_archive=True)
+
+
 def _archived(source: ReportInput, files: list[Path]) -> Iterator[pa.RecordBatch]:
     """The transactional messages of these archive files born in the input's ranges."""
     if not files or source.archive_dir is None:
@@ -138,13 +143,13 @@ def read_partials(source: ReportInput, partitions: int, progress: Progress) -> p
     settled = [path for path in files if not source.overlaps(str(path))]
     live = _LiveRead(source, partitions, keep_ids=bool(maybe_live))
     tasks: list[Callable[[], pa.Table]] = [
-        (lambda part=part: live.reduce(part)) for part in live.slices()
+        functools.partial(live.reduce, part) for part in live.slices()
     ]
     # The archive's files, dealt out over as many tasks as there are threads.
     threads = max(1, partitions)
     for share in (settled[k::threads] for k in range(threads)):
         if share:
-            tasks.append(lambda share=share: _reduced(_archived(source, share), from_archive=True))
+            tasks.append(functools.partial(_reduced_files, source, share))
     done = 0
     total = len(tasks) + (1 if maybe_live else 0)
     progress(done, total)

@@ -108,14 +108,21 @@ def database_now(url: str) -> datetime:
     less its replication lag on a standby (read_database_url), so that hours are closed
     and ages counted by what the rows read say."""
     with psycopg.connect(url) as conn:
-        return execute_sync(conn, "data_complete_until").fetchone()[0]  # type: ignore[index]
+        return _value(execute_sync(conn, "data_complete_until"))
 
 
 def _database_facts(url: str) -> DatabaseFacts:
     with psycopg.connect(url) as conn:
-        now = execute_sync(conn, "data_complete_until").fetchone()[0]  # type: ignore[index]
-        identity = execute_sync(conn, "pipeline_database_identity").fetchone()[0]  # type: ignore[index]
+        now = _value(execute_sync(conn, "data_complete_until"))
+        identity = _value(execute_sync(conn, "pipeline_database_identity"))
     return DatabaseFacts(now=now, identity=identity)
+
+
+def _value(cursor: psycopg.Cursor[Any]) -> Any:
+    """The one value of a statement that returns one row of one column."""
+    row = cursor.fetchone()
+    assert row is not None
+    return row[0]
 
 
 def _unsettled_hours(url: str, since: datetime, until: datetime) -> list[datetime]:

@@ -11,4 +11,5 @@ VALUES (%(transaction_id)s::text, 'rolled_back')
 ON CONFLICT (transaction_id) DO NOTHING;
 
 -- name: barrier_read_outcome
+-- returns: outcome
 SELECT outcome FROM {table} WHERE transaction_id = %(transaction_id)s::text;

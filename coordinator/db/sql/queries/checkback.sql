@@ -2,6 +2,7 @@
 -- dispatch, and operator actions.
 
 -- name: heartbeat_producer
+-- returns: producer_group, instance_id, check_url, registered_at, last_seen_at, live, woken
 -- Registers a producer instance or records that it was heard from. An
 -- instance that was not live until now (new, or back after its TTL) makes
 -- the messages of its group that waited for a live producer due at once.
@@ -45,11 +46,13 @@ SELECT seen.producer_group, seen.instance_id, seen.check_url, seen.registered_at
 FROM seen;
 
 -- name: remove_producer
+-- returns: instance_id
 DELETE FROM producers
 WHERE producer_group = %(producer_group)s::text AND instance_id = %(instance_id)s::text
 RETURNING instance_id;
 
 -- name: list_producers
+-- returns: producer_group, instance_id, check_url, registered_at, last_seen_at, live
 SELECT producer_group, instance_id, check_url, registered_at, last_seen_at,
        last_seen_at > now() - make_interval(secs => %(producer_ttl_seconds)s::float8) AS live
 FROM producers
@@ -63,6 +66,9 @@ DELETE FROM producers
 WHERE last_seen_at < now() - make_interval(secs => %(producer_forget_seconds)s::float8);
 
 -- name: claim_due_checks
+-- returns: message_offset, action, producer_group, instance_id, check_url, via, check_count,
+-- returns: message_id, transaction_id, topic, tags, keys, message_group, properties, born_at,
+-- returns: age_seconds, body, notified
 -- One check-back round for a batch of due half messages, in one transaction.
 -- SKIP LOCKED hands each due message to exactly one coordinator node; its
 -- next check time moves forward in the same transaction, so a node that
@@ -219,6 +225,8 @@ LEFT JOIN requested ON requested.message_offset = planned.id
 ORDER BY planned.id;
 
 -- name: take_check_requests
+-- returns: message_offset, producer_group, check_count, message_id, transaction_id, topic, tags,
+-- returns: keys, message_group, properties, born_at, body
 -- A long poll takes the pending pulled check requests addressed to one
 -- instance; each is handed over once (at most once per check: one lost in
 -- transit is issued again at the message's next check).
@@ -249,6 +257,7 @@ WHERE m.state = 'prepared'
 ORDER BY m.id;
 
 -- name: start_pushes
+-- returns: message_offset
 -- The claimed push (or database) requests that are still open (their message not resolved
 -- meanwhile, no newer check claimed): only these are POSTed.
 UPDATE check_requests AS c
@@ -270,6 +279,7 @@ WHERE message_offset = %(offset)s::bigint
   AND status = 'pushing';
 
 -- name: operator_recheck
+-- returns: id, message_id, transaction_id, too_old, previous_state, new_state
 -- Re-arms a discarded message: prepared again, a fresh check budget, due
 -- now. Refused (nothing changes) for any other state, and for a message
 -- past retention, which would only expire at once.
@@ -302,6 +312,7 @@ FROM target
 LEFT JOIN changed ON changed.id = target.id;
 
 -- name: operator_resolve
+-- returns: id, message_id, transaction_id, previous_state, new_state
 -- An operator commits or rolls back a prepared or discarded message by hand.
 WITH target AS (
     SELECT id, message_id, transaction_id, state
@@ -332,6 +343,8 @@ LEFT JOIN changed ON changed.id = target.id;
 
 
 -- name: put_check_source
+-- returns: producer_group, database_url, has_password, barrier_table, mode, created_at, updated_at,
+-- returns: last_check_at, last_ok, last_error, consecutive_failures
 -- Registers a producer group's check source, or replaces it (its record of
 -- past checks starts over).
 INSERT INTO check_sources AS s (
@@ -356,6 +369,8 @@ RETURNING s.producer_group, s.database_url, s.password_encrypted IS NOT NULL AS 
           s.last_error, s.consecutive_failures;
 
 -- name: list_check_sources
+-- returns: producer_group, database_url, has_password, barrier_table, mode, created_at, updated_at,
+-- returns: last_check_at, last_ok, last_error, consecutive_failures
 -- Never the encrypted password: only whether there is one.
 SELECT producer_group, database_url, password_encrypted IS NOT NULL AS has_password,
        barrier_table, mode, created_at, updated_at, last_check_at, last_ok, last_error,
@@ -365,12 +380,14 @@ WHERE %(producer_group)s::text IS NULL OR producer_group = %(producer_group)s::t
 ORDER BY producer_group;
 
 -- name: check_source_for_check
+-- returns: producer_group, database_url, password_encrypted, barrier_table
 -- What a database check connects with.
 SELECT producer_group, database_url, password_encrypted, barrier_table
 FROM check_sources
 WHERE producer_group = %(producer_group)s::text;
 
 -- name: delete_check_source
+-- returns: producer_group
 DELETE FROM check_sources
 WHERE producer_group = %(producer_group)s::text
 RETURNING producer_group;

@@ -7,9 +7,11 @@
 -- subscribers take turns, so concurrent first subscriptions cannot pass the
 -- count together. (upsert_subscription, a statement of its own, counts with
 -- a snapshot taken after the lock: it sees what the one before committed.)
-SELECT pg_advisory_xact_lock(hashtextextended(%(consumer_group)s::text, 4005));
+SELECT FROM pg_advisory_xact_lock(hashtextextended(%(consumer_group)s::text, 4005));
 
 -- name: upsert_subscription
+-- returns: consumer_group, topic, expression, tags, filter_type, fifo, max_delivery_attempts,
+-- returns: created_at, created
 -- xmax = 0 only for a freshly inserted row: tells "created" from "changed".
 -- A group takes a new topic only while it has fewer than max_subscriptions
 -- (max_subscriptions_per_group): no row back means it is full. Run after
@@ -38,6 +40,8 @@ RETURNING consumer_group, topic, expression, tags, filter_type, fifo, max_delive
           created_at, (xmax = 0) AS created;
 
 -- name: delete_subscription
+-- returns: consumer_group, topic, expression, tags, filter_type, fifo, max_delivery_attempts,
+-- returns: created_at
 -- Its pending deliveries go with it (trigger subscriptions_deleted); dead
 -- letters stay.
 DELETE FROM subscriptions
@@ -46,6 +50,8 @@ RETURNING consumer_group, topic, expression, tags, filter_type, fifo, max_delive
           created_at;
 
 -- name: list_subscriptions
+-- returns: consumer_group, topic, expression, tags, filter_type, fifo, max_delivery_attempts,
+-- returns: created_at
 SELECT consumer_group, topic, expression, tags, filter_type, fifo, max_delivery_attempts,
        created_at
 FROM subscriptions
@@ -53,12 +59,16 @@ WHERE %(consumer_group)s::text IS NULL OR consumer_group = %(consumer_group)s::t
 ORDER BY consumer_group, topic;
 
 -- name: count_subscriptions
+-- returns: subscriptions
 SELECT count(*) AS subscriptions
 FROM subscriptions
 WHERE consumer_group = %(consumer_group)s::text
   AND (%(topic)s::text IS NULL OR topic = %(topic)s::text);
 
 -- name: claim_deliveries
+-- returns: dead_lettered, receipt_handle, attempts, visible_at, committed_at, consumer_group,
+-- returns: message_offset, message_id, transaction_id, producer_group, topic, tags, keys,
+-- returns: message_group, properties, body, born_at, deliver_at, trace_context
 -- Claims up to max_messages available deliveries of a group, oldest first.
 -- SKIP LOCKED: concurrent receivers of one group pass over each other's rows,
 -- so no message is in flight with two consumers. FIFO subscriptions hand out
@@ -127,6 +137,7 @@ JOIN messages m ON m.id = o.message_offset
 ORDER BY o.id;
 
 -- name: next_delayed_delivery
+-- returns: seconds
 -- Seconds until the group's next delayed delivery comes due (NULL: none
 -- ahead), read from ix_deliveries_delayed alone: a waiting receive sleeps
 -- no longer, since no NOTIFY marks that moment.
@@ -137,6 +148,7 @@ WHERE d.consumer_group = %(consumer_group)s::text
   AND (%(topic)s::text IS NULL OR d.topic = %(topic)s::text);
 
 -- name: ack_deliveries
+-- returns: receipt_handle, outcome, unblocks_message_group
 -- Acks by receipt handle: deletes each delivery whose current handle is the
 -- one given. Rows are locked in id order so that concurrent acks cannot
 -- deadlock. A handle whose delivery still exists with another handle is
@@ -178,6 +190,7 @@ LEFT JOIN deliveries present
 ORDER BY w.position;
 
 -- name: change_invisible_duration
+-- returns: found, receipt_handle, visible_at, attempts
 -- Makes an in-flight delivery invisible for invisible_seconds from now and
 -- issues a new receipt handle; the old one stops working.
 WITH changed AS (
@@ -198,6 +211,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN changed ON true;
 
 -- name: bury_delivery
+-- returns: buried, found, unblocks_message_group
 -- Moves an in-flight delivery to the group's dead letters at the consumer's
 -- request (RocketMQ's ForwardMessageToDeadLetterQueue), by its current
 -- receipt handle. found tells a stale handle (the delivery is still there
@@ -224,9 +238,12 @@ SELECT (SELECT count(*) FROM buried) AS buried,
        EXISTS (SELECT 1 FROM buried WHERE message_group IS NOT NULL) AS unblocks_message_group;
 
 -- name: notify_consumer_group
+-- returns: pg_notify
 SELECT pg_notify('coordinator_deliveries', %(consumer_group)s::text);
 
 -- name: list_dead_letters
+-- returns: id, consumer_group, topic, attempts, committed_at, dead_at, message_offset, message_id,
+-- returns: transaction_id, producer_group, tags, keys, message_group, properties, body, born_at
 SELECT x.id, x.consumer_group, x.topic, x.attempts, x.committed_at, x.dead_at,
        m.id AS message_offset, m.message_id, m.transaction_id, m.producer_group, m.tags,
        m.keys, m.message_group, m.properties, m.body, m.born_at
@@ -238,9 +255,11 @@ ORDER BY x.id
 LIMIT %(limit)s::integer;
 
 -- name: get_dead_letter
+-- returns: id, consumer_group, topic
 SELECT id, consumer_group, topic FROM dead_letters WHERE id = %(id)s::bigint;
 
 -- name: requeue_dead_letters
+-- returns: consumer_group, requeued
 -- Moves dead letters back to deliveries with a fresh attempt count (only
 -- those whose group still subscribes to the topic). Returns the number
 -- requeued per consumer group, whose waiting receivers the caller wakes.
@@ -272,6 +291,7 @@ GROUP BY consumer_group
 ORDER BY consumer_group;
 
 -- name: consumer_lag
+-- returns: consumer_group, topic, lag, in_flight, dead_letters, oldest_pending_at
 SELECT consumer_group, topic, lag, in_flight, dead_letters, oldest_pending_at
 FROM consumer_lag
 WHERE %(consumer_group)s::text IS NULL OR consumer_group = %(consumer_group)s::text

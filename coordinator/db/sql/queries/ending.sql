@@ -10,6 +10,8 @@
 -- as text, and bytea needs no hex escaping.
 
 -- name: end_transactions
+-- returns: position, id, message_id, transaction_id, producer_group, previous_state, new_state,
+-- returns: age_seconds
 -- Commit or roll back a batch of half messages (one request per transaction
 -- id): compare-and-set from 'prepared', guarded by the producer group and
 -- the message id when the caller gives one. Rows are locked in id order so

@@ -6,6 +6,7 @@
 -- as text, and bytea needs no hex escaping.
 
 -- name: insert_messages
+-- returns: id, message_id, transaction_id, state, producer_group, topic
 -- Stores a batch of messages (half or normal) in one statement. A message id
 -- that is already stored in the message's producer group (or, without a
 -- group, its topic) is skipped here (idempotent retry); the caller reads
@@ -61,6 +62,7 @@ recorded AS (
 SELECT id, message_id, transaction_id, state, producer_group, topic FROM inserted;
 
 -- name: find_messages_by_message_id
+-- returns: id, message_id, transaction_id, state, kind, producer_group, topic, body_sha256
 -- The stored messages behind an idempotent retry, with what it takes to tell
 -- a true retry from a reuse of the id for a different message: each id looked
 -- up where it is unique, in its producer group or (without one) its topic.
@@ -84,15 +86,20 @@ JOIN messages AS m ON m.message_id = w.message_id AND m.topic = w.topic
 WHERE w.producer_group IS NULL AND m.producer_group IS NULL;
 
 -- name: get_transaction
+-- returns: id, message_id, transaction_id, producer_group, state
 -- The fields an UNKNOWN answer is validated against.
 SELECT id, message_id, transaction_id, producer_group, state
 FROM messages
 WHERE transaction_id = %(transaction_id)s::text;
 
 -- name: get_message_by_offset
+-- returns: id, message_id, transaction_id, kind, producer_group, topic, tags, keys, message_group,
+-- returns: body, properties, state, check_count, check_immunity, born_at, next_check_at,
+-- returns: resolved_at, resolution_source, deliver_at, trace_context
 SELECT * FROM messages WHERE id = %(offset)s::bigint;
 
 -- name: find_message_id_owners
+-- returns: id, producer_group, topic
 -- Where a message id is used: each message with it, in offset order,
 -- optionally in one producer group or topic only (three narrow columns: one
 -- row per group or topic that used the id). The caller keeps those it may
@@ -115,20 +122,27 @@ WHERE (%(producer_group)s::text IS NULL OR producer_group = %(producer_group)s::
 ORDER BY id;
 
 -- name: get_message_by_transaction_id
+-- returns: id, message_id, transaction_id, kind, producer_group, topic, tags, keys, message_group,
+-- returns: body, properties, state, check_count, check_immunity, born_at, next_check_at,
+-- returns: resolved_at, resolution_source, deliver_at, trace_context
 SELECT * FROM messages WHERE transaction_id = %(transaction_id)s::text;
 
 -- name: get_history
+-- returns: at, source, from_state, to_state, detail
 SELECT at, source, from_state, to_state, detail
 FROM message_history
 WHERE message_offset = %(offset)s::bigint
 ORDER BY id;
 
 -- name: message_counts
+-- returns: producer_group, topic, state, messages, oldest_born_at
 SELECT producer_group, topic, state, messages, oldest_born_at
 FROM message_counts
 ORDER BY producer_group NULLS FIRST, topic, state;
 
 -- name: oldest_pending
+-- returns: message_offset, message_id, transaction_id, producer_group, topic, age, check_count,
+-- returns: next_check_at, pending_total
 SELECT message_offset, message_id, transaction_id, producer_group, topic, age,
        check_count, next_check_at,
        count(*) OVER () AS pending_total
@@ -137,6 +151,7 @@ ORDER BY born_at, message_offset
 LIMIT 1;
 
 -- name: lock_recall_target
+-- returns: id, message_id, topic, state, deliver_at, recalled
 -- A recall's first step: the message, locked against its commit and
 -- against another recall, and whether it was recalled before.
 SELECT m.id, m.message_id, m.topic, m.state, m.deliver_at,
@@ -149,6 +164,7 @@ WHERE m.id = %(offset)s::bigint
 FOR UPDATE OF m;
 
 -- name: lock_recall_deliveries
+-- returns: received, ahead
 -- The second: its deliveries, locked in id order (waiting for a receive
 -- that holds one). clock_timestamp() is read after the locks: a receive
 -- that claimed one before them began before this time, so while the

@@ -4,12 +4,14 @@
 -- which splits them into id ranges: they take no ORDER BY.
 
 -- name: pipeline_report_messages
+-- returns: id, producer_group, topic, state, check_count, born_at, resolved_at
 -- The lifecycle report's input: one row per half message.
 SELECT id, producer_group, topic, state, check_count, born_at, resolved_at
 FROM messages
 WHERE kind = 'transactional';
 
 -- name: pipeline_report_messages_born_in
+-- returns: id, producer_group, topic, state, check_count, born_at, resolved_at
 -- The report's input born within the given [start, end) ranges (disjoint; PostgreSQL
 -- array literals of timestamptz, 'infinity' for no end): the hours an incremental report
 -- reads again. Each range is a range scan of ix_messages_born_at.
@@ -19,6 +21,7 @@ JOIN messages m ON m.born_at >= r.low AND m.born_at < r.high
 WHERE m.kind = 'transactional';
 
 -- name: pipeline_report_unsettled_hours
+-- returns: hour
 -- Hours of birth (UTC) whose figures may have changed since a report's previous run:
 -- those with a prepared message (an index scan of ix_messages_due_for_check), and those
 -- with a message resolved in [since, until) (of ix_messages_resolved_at): an operator
@@ -30,6 +33,7 @@ WHERE kind = 'transactional'
        OR (resolved_at >= %(since)s::timestamptz AND resolved_at < %(until)s::timestamptz));
 
 -- name: pipeline_database_identity
+-- returns: identity
 -- Which database this is, for state kept between runs: the cluster's system
 -- identifier, and the database's name and oid (a recreated database gets a new one).
 SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || d.oid::text
@@ -38,19 +42,25 @@ FROM pg_database d
 WHERE d.datname = current_database();
 
 -- name: pipeline_consumer_lag
+-- returns: consumer_group, topic, lag, in_flight, dead_letters, oldest_pending_at
 SELECT consumer_group, topic, lag, in_flight, dead_letters, oldest_pending_at
 FROM consumer_lag;
 
 -- name: pipeline_relation_exists
+-- returns: present
 SELECT to_regclass(%(name)s::text) IS NOT NULL AS present;
 
 -- name: pipeline_archive_plan
+-- returns: cutoff, max_id
 -- A run's frozen bounds: the cutoff and the newest offset it may consider.
 SELECT now() - make_interval(secs => %(older_than_seconds)s::float8) AS cutoff,
        coalesce(max(id), 0) AS max_id
 FROM messages;
 
 -- name: pipeline_archive_messages
+-- returns: id, message_id, transaction_id, kind, producer_group, tags, keys, message_group, body,
+-- returns: properties, state, check_count, check_immunity_seconds, born_at, next_check_at,
+-- returns: resolved_at, resolution_source, deliver_at, trace_context, born_date, topic
 -- Archivable (the view archivable_messages: resolved, nothing left to
 -- deliver) and resolved before the run's cutoff. Every archive query below
 -- reads the same view with the same bounds, so they select the same messages.
@@ -64,6 +74,7 @@ WHERE m.resolved_at < %(cutoff)s::timestamptz
   AND m.id <= %(max_id)s::bigint;
 
 -- name: pipeline_archive_history
+-- returns: id, message_offset, at, source, from_state, to_state, detail, born_date, topic
 -- The history of exactly the messages pipeline_archive_messages selects,
 -- placed in their message's date and topic partition.
 SELECT h.id, h.message_offset, h.at, h.source, h.from_state, h.to_state, h.detail,
@@ -74,6 +85,7 @@ WHERE m.resolved_at < %(cutoff)s::timestamptz
   AND m.id <= %(max_id)s::bigint;
 
 -- name: pipeline_archive_message_checksums
+-- returns: born_date, topic, rows, checksum
 -- Per date and topic: rows and the sum of a 60-bit row fingerprint (sha256
 -- of every column as text). coordinator/pipeline/checksums.py computes the
 -- same fingerprint over the Parquet copy; the two must agree exactly.
@@ -100,6 +112,7 @@ WHERE m.resolved_at < %(cutoff)s::timestamptz
 GROUP BY 1, 2;
 
 -- name: pipeline_archive_history_checksums
+-- returns: born_date, topic, rows, checksum
 SELECT (m.born_at AT TIME ZONE 'UTC')::date AS born_date, m.topic, count(*) AS rows,
        sum(('x' || substr(encode(sha256(convert_to(concat_ws('|',
            h.id::text, h.message_offset::text,
@@ -113,6 +126,7 @@ WHERE m.resolved_at < %(cutoff)s::timestamptz
 GROUP BY 1, 2;
 
 -- name: pipeline_archive_delete
+-- returns: id
 -- One batch of archived messages; their history goes with them (trigger
 -- messages_deleted). The conditions of archivable_messages are checked again,
 -- written out on the deleted row itself: an operator may have re-armed a
@@ -126,81 +140,25 @@ WHERE m.id = ANY(%(ids)s::bigint[])
 RETURNING m.id;
 
 -- name: pipeline_archive_still_present
+-- returns: id
 SELECT id FROM messages WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: pipeline_archive_lock
+-- returns: locked
 -- One archive run per database at a time (session-level advisory lock).
 SELECT pg_try_advisory_lock(hashtextextended('coordinator pipeline archive', 7)) AS locked;
 
 -- name: pipeline_archive_unlock
+-- returns: unlocked
 SELECT pg_advisory_unlock(hashtextextended('coordinator pipeline archive', 7)) AS unlocked;
 
 -- name: pipeline_audit_messages
+-- returns: id, message_id, transaction_id, producer_group, topic, state, properties, born_at,
+-- returns: resolved_at
 SELECT id, message_id, transaction_id, producer_group, topic, state, properties::text AS properties,
        born_at, resolved_at
 FROM messages
 WHERE kind = 'transactional';
-
--- name: pipeline_report_reference
--- The report's figures per producer group, topic and hour as one SQL
--- aggregate: the benchmark's yardstick and the tests' reference.
-SELECT producer_group, topic, date_trunc('hour', born_at AT TIME ZONE 'UTC') AS hour,
-       count(*) AS messages,
-       count(*) FILTER (WHERE state = 'prepared') AS prepared,
-       count(*) FILTER (WHERE state = 'committed') AS committed,
-       count(*) FILTER (WHERE state = 'rolled_back') AS rolled_back,
-       count(*) FILTER (WHERE state = 'discarded') AS discarded,
-       count(*) FILTER (WHERE state = 'expired') AS expired,
-       percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (
-           ORDER BY extract(epoch FROM resolved_at - born_at)::float8
-       ) FILTER (WHERE state IN ('committed', 'rolled_back')) AS latency_s,
-       count(*) FILTER (WHERE check_count > 0) AS checked,
-       avg(check_count)::float8 AS check_count_mean,
-       max(check_count) AS check_count_max,
-       (count(*) FILTER (WHERE state = 'discarded'))::float8 / count(*) AS discard_rate,
-       (count(*) FILTER (WHERE state = 'expired'))::float8 / count(*) AS expiry_rate,
-       percentile_cont(0.5) WITHIN GROUP (
-           ORDER BY extract(epoch FROM %(as_of)s::timestamptz - born_at)::float8
-       ) FILTER (WHERE state = 'prepared') AS pending_age_p50_s,
-       max(extract(epoch FROM %(as_of)s::timestamptz - born_at)::float8)
-           FILTER (WHERE state = 'prepared') AS pending_age_max_s
-FROM messages
-WHERE kind = 'transactional'
-GROUP BY 1, 2, 3;
-
--- name: pipeline_report_reference_totals
--- The report's figures per producer group and topic (figures_total) as SQL.
-SELECT producer_group, topic,
-       count(*) AS messages,
-       count(*) FILTER (WHERE state = 'prepared') AS prepared,
-       count(*) FILTER (WHERE state = 'committed') AS committed,
-       count(*) FILTER (WHERE state = 'rolled_back') AS rolled_back,
-       count(*) FILTER (WHERE state = 'discarded') AS discarded,
-       count(*) FILTER (WHERE state = 'expired') AS expired,
-       percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (
-           ORDER BY extract(epoch FROM resolved_at - born_at)::float8
-       ) FILTER (WHERE state IN ('committed', 'rolled_back')) AS latency_s,
-       count(*) FILTER (WHERE check_count > 0) AS checked,
-       avg(check_count)::float8 AS check_count_mean,
-       max(check_count) AS check_count_max,
-       (count(*) FILTER (WHERE state = 'discarded'))::float8 / count(*) AS discard_rate,
-       (count(*) FILTER (WHERE state = 'expired'))::float8 / count(*) AS expiry_rate,
-       percentile_cont(0.5) WITHIN GROUP (
-           ORDER BY extract(epoch FROM %(as_of)s::timestamptz - born_at)::float8
-       ) FILTER (WHERE state = 'prepared') AS pending_age_p50_s,
-       max(extract(epoch FROM %(as_of)s::timestamptz - born_at)::float8)
-           FILTER (WHERE state = 'prepared') AS pending_age_max_s
-FROM messages
-WHERE kind = 'transactional'
-GROUP BY 1, 2;
-
--- name: pipeline_report_reference_checks
--- The report's check-back count distribution as SQL.
-SELECT producer_group, topic, date_trunc('hour', born_at AT TIME ZONE 'UTC') AS hour,
-       check_count, count(*) AS messages
-FROM messages
-WHERE kind = 'transactional'
-GROUP BY 1, 2, 3, 4;
 
 -- name: pipeline_generate_synthetic
 -- Test data for the pipeline's tests, benchmark and demos (coordinator/pipeline/synthetic.py):

@@ -5,6 +5,7 @@
 -- until the next round. %(now)s is the round's clock (NULL: the database's).
 
 -- name: retention_delete_dead_letters
+-- returns: consumer_group
 -- Dead letters that died before the cutoff, oldest first (ix_dead_letters_dead_at).
 WITH doomed AS (
     SELECT x.id
@@ -20,6 +21,7 @@ WHERE x.id = doomed.id
 RETURNING x.consumer_group;
 
 -- name: retention_delete_unacked_deliveries
+-- returns: consumer_group, topic
 -- Deliveries their group never acked, committed (and, for a delay or timer
 -- message, due: deliver_at holds a delivery time that was ahead at the
 -- commit; for a requeued dead letter, requeued: requeued_at) before the
@@ -65,6 +67,7 @@ WHERE d.id = doomed.id
 RETURNING d.consumer_group, d.topic;
 
 -- name: retention_delete_resolved_messages
+-- returns: state, resolved_at
 -- Resolved messages with nothing left to deliver (no delivery row, no dead
 -- letter: every subscribed group acked them, or none was subscribed),
 -- resolved before the cutoff (and at `since` or later: what an earlier
@@ -103,6 +106,7 @@ WHERE consumer_group = ANY (%(groups)s::text[])
        OR last_received_at < %(at)s::timestamptz - interval '1 minute');
 
 -- name: retention_idle_consumer_groups
+-- returns: consumer_group, last_received_at, pending
 -- Consumer groups none of whose subscriptions received since the cutoff
 -- (a group that never received counts from its first subscription), with
 -- the deliveries they leave pending (counted up to 100,000: an idle group's
@@ -118,6 +122,7 @@ HAVING max(coalesce(s.last_received_at, s.created_at)) < %(cutoff)s::timestamptz
 ORDER BY s.consumer_group;
 
 -- name: retention_remove_consumer_groups
+-- returns: consumer_group, topic
 -- Idle groups' subscriptions, a batch of groups in one statement; their
 -- pending deliveries go with them (trigger subscriptions_deleted, once for
 -- the statement). Checked again: a receive may have been recorded since
@@ -133,6 +138,7 @@ WHERE s.consumer_group = ANY (%(consumer_groups)s::text[])
 RETURNING s.consumer_group, s.topic;
 
 -- name: retention_table_figures
+-- returns: name, bytes, rows, oldest_age_seconds
 -- Each table the job keeps to size: its size on disk (indexes and TOAST
 -- included), its row count as the planner last estimated it, and the age
 -- of its oldest row (read from the head of an index, never a scan). The
@@ -160,4 +166,5 @@ FROM (
 ) AS t (name, oldest);
 
 -- name: retention_clock
+-- returns: now
 SELECT coalesce(%(now)s::timestamptz, now()) AS now;

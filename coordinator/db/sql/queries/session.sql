@@ -18,7 +18,7 @@ SET default_transaction_isolation = 'read committed';
 -- synchronous standby, a commit is acknowledged once the standby has it,
 -- whatever the role's or the database's default. A function, since SET
 -- takes no parameters.
-SELECT set_config('synchronous_commit', %(level)s::text, false);
+SELECT FROM set_config('synchronous_commit', %(level)s::text, false);
 
 -- name: confirm_durable
 -- A transaction that writes WAL (a transactional logical-decoding message,
@@ -27,9 +27,10 @@ SELECT set_config('synchronous_commit', %(level)s::text, false);
 -- commit included. An answer given from rows this session did not write (a
 -- repeat) runs it first, since those rows may have been committed locally
 -- only (a synchronous wait that was cancelled).
-SELECT pg_logical_emit_message(true, 'coordinator', '');
+SELECT FROM pg_logical_emit_message(true, 'coordinator', '');
 
 -- name: lock_migrations
+-- returns: pg_advisory_xact_lock
 -- Nodes started together on one database take turns to migrate: each waits
 -- here, inside its migration transaction, before Alembic reads the current
 -- revision, so the second finds the first's work done instead of creating the
@@ -37,11 +38,13 @@ SELECT pg_logical_emit_message(true, 'coordinator', '');
 SELECT pg_advisory_xact_lock(hashtextextended('coordinator migrations', 7));
 
 -- name: listener_check
+-- returns: in_recovery
 -- The notifier's listening connection: is its server still there, and still
 -- the primary (NOTIFY is sent on the primary only)?
 SELECT pg_is_in_recovery() AS in_recovery;
 
 -- name: data_complete_until
+-- returns: complete_until
 -- The moment up to which the server holds every commit: what a reader may
 -- take as final (the overview's complete minutes, the report's closed
 -- hours). A primary holds every commit: now(). A standby holds them up to
@@ -60,12 +63,14 @@ SELECT CASE
        END AS complete_until;
 
 -- name: ping
+-- returns: answers
 -- /health: the database answers.
-SELECT 1;
+SELECT 1 AS answers;
 
 -- name: database_exists
+-- returns: found
 -- The embedded server makes the coordinator's database on first start.
-SELECT 1 FROM pg_database WHERE datname = %(name)s::text;
+SELECT 1 AS found FROM pg_database WHERE datname = %(name)s::text;
 
 -- name: create_database
 -- {name} is filled in as an identifier (psycopg.sql), not as a parameter.

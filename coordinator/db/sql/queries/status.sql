@@ -14,9 +14,11 @@
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
 -- name: overview_clock
+-- returns: now
 SELECT now() AS now;
 
 -- name: pending_by_age
+-- returns: producer_group, topic, bucket, messages, due, oldest_born_at
 -- Prepared half messages per producer group, topic and age bucket:
 -- width_bucket gives 0 below the first bound, 1 from the first to the
 -- second, ..., one per bound above the last.
@@ -30,6 +32,8 @@ WHERE state = 'prepared'
 GROUP BY producer_group, topic, bucket;
 
 -- name: oldest_half_messages
+-- returns: message_offset, message_id, transaction_id, producer_group, topic, born_at, age,
+-- returns: check_count, next_check_at, check_status, check_detail
 -- The oldest pending half messages, with their latest check-back.
 SELECT m.id AS message_offset, m.message_id, m.transaction_id, m.producer_group, m.topic,
        m.born_at, now() - m.born_at AS age, m.check_count, m.next_check_at,
@@ -41,6 +45,7 @@ ORDER BY m.born_at, m.id
 LIMIT %(limit)s;
 
 -- name: resolutions_per_minute
+-- returns: minute, state, source, messages
 -- Half messages resolved since `since`, per minute, new state and source.
 -- resolved_at is the resolving transaction's now(), so a minute is complete
 -- once no transaction that started in it is still running.
@@ -52,6 +57,7 @@ WHERE resolved_at >= %(since)s::timestamptz
 GROUP BY minute, state, source;
 
 -- name: check_requests_by_group
+-- returns: producer_group, open, delivered, failed, no_producer, checked_recently, last_failure
 -- The latest check-back of every pending half message that was due at least
 -- once (at most one row per pending message), per producer group.
 SELECT producer_group,
@@ -68,6 +74,8 @@ FROM check_requests
 GROUP BY producer_group;
 
 -- name: consumer_figures
+-- returns: consumer_group, topic, lag, in_flight, dead_letters, oldest_pending_at, lag_capped,
+-- returns: dead_letters_capped
 -- Per consumer group and topic: lag (unacked deliveries, ready or in
 -- flight), in flight, the oldest unacked commit, and dead letters. Each
 -- group's deliveries and dead letters are read in id order up to `limit`
@@ -151,6 +159,8 @@ LEFT JOIN dead AS x USING (consumer_group, topic)
 ORDER BY p.consumer_group, p.topic;
 
 -- name: producer_counts
+-- returns: producer_group, live, registered, check_source_mode, check_source_checked_at,
+-- returns: check_source_ok, check_source_error
 -- Registered and live instances per producer group (the registry is small:
 -- instances not heard from for producer_forget_seconds leave it), and the
 -- group's check source, if it has one: its mode and how its last check went.

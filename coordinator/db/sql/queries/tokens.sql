@@ -3,6 +3,8 @@
 -- reread the tokens at once (and every token_refresh_seconds regardless).
 
 -- name: create_token
+-- returns: id, name, secret_sha256, produce_topics, producer_groups, consume_groups,
+-- returns: consume_topics, admin, metrics, created_at, revoked_at
 WITH created AS (
     INSERT INTO api_tokens (
         name, secret_sha256, produce_topics, producer_groups, consume_groups,
@@ -22,6 +24,8 @@ notified AS (
 SELECT created.* FROM created LEFT JOIN notified ON true;
 
 -- name: list_tokens
+-- returns: id, name, produce_topics, producer_groups, consume_groups, consume_topics, admin,
+-- returns: metrics, created_at, revoked_at
 -- Every token, revoked ones too (they stay listed with revoked_at).
 SELECT id, name, produce_topics, producer_groups, consume_groups, consume_topics,
        admin, metrics, created_at, revoked_at
@@ -29,6 +33,8 @@ FROM api_tokens
 ORDER BY name;
 
 -- name: revoke_token
+-- returns: id, name, secret_sha256, produce_topics, producer_groups, consume_groups,
+-- returns: consume_topics, admin, metrics, created_at, revoked_at
 WITH revoked AS (
     UPDATE api_tokens SET revoked_at = now()
     WHERE name = %(name)s::text AND revoked_at IS NULL
@@ -40,6 +46,8 @@ notified AS (
 SELECT revoked.* FROM revoked LEFT JOIN notified ON true;
 
 -- name: active_tokens
+-- returns: name, secret_sha256, produce_topics, producer_groups, consume_groups, consume_topics,
+-- returns: admin, metrics
 -- What a serving process authenticates against (kept in memory).
 SELECT name, secret_sha256, produce_topics, producer_groups, consume_groups,
        consume_topics, admin, metrics
@@ -47,5 +55,6 @@ FROM api_tokens
 WHERE revoked_at IS NULL;
 
 -- name: count_active_tokens
+-- returns: tokens
 -- `coordinator serve` decides at start whether it may listen beyond loopback.
 SELECT count(*) AS tokens FROM api_tokens WHERE revoked_at IS NULL;
