@@ -33,6 +33,7 @@ from rich.table import Table
 
 from coordinator.cli.common import (
     EXIT_REFUSED,
+    EXIT_SCHEMA,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     console,
@@ -55,7 +56,6 @@ from coordinator.pipeline.session import MASTER_ENV
 EXIT_FAILED = 1
 EXIT_INCONSISTENT = 6
 EXIT_NOT_VERIFIED = 7
-EXIT_SCHEMA = 8
 EXIT_CODES = {
     Outcome.failed: EXIT_FAILED,
     Outcome.usage: EXIT_USAGE,
