@@ -3,9 +3,10 @@
 Everything, the version table included, lives in the schema of the setting
 database_schema, created here if missing. An installation made before the
 coordinator had a schema of its own has its version table in public: it is
-moved into the schema before the migrations run (revision MOVE_REVISION then
-moves the rest), and moved back when a downgrade leaves the database below
-that revision, where every object is in public again.
+moved into the schema before the migrations run, which run on public until
+revision MOVE_REVISION moves the rest; it is moved back when a downgrade
+leaves the database below that revision, where every object is in public
+again.
 """
 
 from __future__ import annotations
@@ -91,10 +92,15 @@ def run_migrations_online() -> None:
 
 
 def _back_to_public(connection: Connection, schema: str) -> None:
-    """Below MOVE_REVISION everything is in public, the version table too.
+    """Below MOVE_REVISION the version table is where the tables are.
 
-    Unless public already has one (an application's): ours then stays.
+    In public after a downgrade below the move, or at base (unless public
+    has one already, an application's: ours then stays); in the schema for
+    a database migrated into it from the start and stopped short of head.
     """
+    installed = connection.exec_driver_sql(installation_sql("installed_in_schema", schema))
+    if installed.scalar():
+        return
     if version_tables(connection, schema) == {schema}:
         connection.exec_driver_sql(installation_sql("version_table_to_public", schema))
     connection.exec_driver_sql(installation_sql("drop_schema_if_empty", schema))

@@ -34,6 +34,11 @@ SELECT set_config('coordinator.database_schema', '{schema}', true);
 -- older migrations run as they always did, on public's objects.
 SELECT set_config('search_path', 'public', true);
 
+-- name: installed_in_schema
+-- Whether the coordinator's tables are in the schema (a database migrated
+-- into it from the start is, at every revision).
+SELECT to_regclass('{schema}.messages') IS NOT NULL;
+
 -- name: drop_schema_if_empty
 -- After a downgrade below the move: the schema goes if nothing is left in it
 -- (a schema someone put other things in stays).
