@@ -8,6 +8,8 @@ the coordinator's own connections made work.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -191,3 +193,17 @@ def test_a_read_only_command_refuses_a_database_at_an_older_revision(
     assert "is at revision 0016" in result.output
     assert "`coordinator db upgrade` migrates it" in result.output
     assert migrate.current_revisions(url) == ("0016",)
+
+
+def test_psql_lands_in_the_coordinators_schema(empty_database: str) -> None:
+    url = empty_database
+    an_application(url)
+    migrate.upgrade(url)
+    asyncio.run(a_round_trip(url, b"in the schema"))
+    # psql writes to the terminal (file descriptors), not to CliRunner's streams.
+    command = [sys.executable, "-m", "coordinator", "--database-url", url, "psql"]
+    query = ["-At", "-c", "SELECT body FROM messages"]
+    answer = subprocess.run([*command, *query], capture_output=True, text=True, timeout=60)
+    assert answer.returncode == 0, answer.stderr
+    # The coordinator's messages, not the application's.
+    assert answer.stdout.strip() == "\\x696e2074686520736368656d61"
