@@ -50,6 +50,22 @@ def in_schema(url: str, schema: str) -> str:
     return parts._replace(query=query).geturl()
 
 
+def out_of_schema(url: str) -> str:
+    """`url` without the search_path `in_schema` adds: sessions as the application's."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    options = " ".join(value for name, value in params if name == "options")
+    kept = _SEARCH_PATH_OPTION.sub("", options).strip()
+    params = [(name, value) for name, value in params if name != "options"]
+    if kept:
+        params.append(("options", kept))
+    query = urlencode(params, safe=",/:[]", quote_via=quote)
+    return parts._replace(query=query).geturl()
+
+
+_SEARCH_PATH_OPTION = re.compile(r"-c\s*search_path=\S+")
+
+
 def sqlalchemy_url(url: str) -> str:
     """The same server(s) for SQLAlchemy, always through psycopg 3."""
     if not POSTGRESQL_URL.match(url):
