@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from coordinator.cli import app
+from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.db import migrate
 from coordinator.domain.states import Resolution
@@ -207,3 +208,31 @@ def test_psql_lands_in_the_coordinators_schema(empty_database: str) -> None:
     assert answer.returncode == 0, answer.stderr
     # The coordinator's messages, not the application's.
     assert answer.stdout.strip() == "\\x696e2074686520736368656d61"
+
+
+def test_the_schema_is_a_setting_every_connection_follows(empty_database: str) -> None:
+    url = empty_database
+    an_application(url)
+    environment = {"COORDINATOR_DATABASE_SCHEMA": "mq"}
+    upgrade = runner.invoke(app, ["--database-url", url, "db", "upgrade"], env=environment)
+    assert upgrade.exit_code == 0, upgrade.output
+    assert "mq" in schemas(url) and "coordinator" not in schemas(url)
+    assert migrate.current_revisions(url, schema="mq") == migrate.head_revisions()
+    # Another schema's coordinator finds nothing of its own here: not migrated.
+    refused = runner.invoke(app, ["--database-url", url, "status"], catch_exceptions=False)
+    assert refused.exit_code == 8, refused.output
+
+    async def round_trip() -> list[bytes]:
+        async with Coordinator.connect(url, Settings(database_schema="mq")) as core:
+            await core.delivery.subscribe(GROUP, TOPIC)
+            sent = await core.transactions.prepare(half(body=b"in mq"))
+            await core.transactions.end(end(sent.transaction_id, Resolution.COMMIT))
+            return [m.body for m in await core.delivery.receive(GROUP, max_messages=10)]
+
+    assert asyncio.run(round_trip()) == [b"in mq"]
+    status = runner.invoke(app, ["--database-url", url, "status"], env=environment)
+    assert status.exit_code == 0, status.output
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT body FROM mq.messages").fetchall() == [(b"in mq",)]
+    assert public_objects(url) == APPLICATION
+    the_application_is_untouched(url)
