@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import uuid
 
 import psycopg
 import pytest
+from psycopg import sql
 from typer.testing import CliRunner
 
 from coordinator.cli import app
@@ -236,3 +238,28 @@ def test_the_schema_is_a_setting_every_connection_follows(empty_database: str) -
         assert conn.execute("SELECT body FROM mq.messages").fetchall() == [(b"in mq",)]
     assert public_objects(url) == APPLICATION
     the_application_is_untouched(url)
+
+
+def test_a_role_given_a_schema_by_its_dba_migrates_without_create_on_the_database(
+    empty_database: str,
+) -> None:
+    url = empty_database
+    name = f"app_{uuid.uuid4().hex[:12]}"
+    role = sql.Identifier(name)
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+        try:
+            admin.execute(
+                sql.SQL("REVOKE CREATE ON DATABASE {} FROM PUBLIC").format(
+                    sql.Identifier(admin.info.dbname)
+                )
+            )
+            admin.execute(sql.SQL("CREATE SCHEMA coordinator AUTHORIZATION {}").format(role))
+            info = admin.info
+            as_app = f"postgresql://{name}@/{info.dbname}?host={info.host}&port={info.port}"
+            migrate.upgrade(as_app)
+            assert migrate.current_revisions(as_app) == migrate.head_revisions()
+            assert asyncio.run(a_round_trip(as_app, b"owned")) == [b"owned"]
+        finally:
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(role))
+            admin.execute(sql.SQL("DROP ROLE {}").format(role))

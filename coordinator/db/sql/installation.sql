@@ -4,7 +4,15 @@
 -- substitutes it; blocks without it run as they are).
 
 -- name: create_schema
-CREATE SCHEMA IF NOT EXISTS {schema};
+-- Looked up first: CREATE SCHEMA IF NOT EXISTS would still need CREATE on
+-- the database, which a role given a schema its DBA made may not have.
+DO $$
+BEGIN
+    IF to_regnamespace('{schema}') IS NULL THEN
+        CREATE SCHEMA {schema};
+    END IF;
+END
+$$;
 
 -- name: version_tables
 -- Which of the two schemas an Alembic version table is in, with its
