@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from coordinator.config import DEFAULT_DATABASE_SCHEMA
 from coordinator.db import migrate
 from coordinator.db.embedded import start_embedded
+from coordinator.db.urls import in_schema
 
 
 @dataclass(frozen=True)
@@ -26,16 +28,17 @@ class BenchDatabase:
 
 @contextmanager
 def bench_database(url: str | None) -> Iterator[BenchDatabase]:
+    # The benchmarks' own sessions read the coordinator's tables by plain names.
     if url:
         migrate.upgrade(url)
-        yield BenchDatabase(url, embedded=False)
+        yield BenchDatabase(in_schema(url, DEFAULT_DATABASE_SCHEMA), embedded=False)
         return
     data_dir = Path(tempfile.mkdtemp(prefix="coordinator-bench-"))
     try:
         embedded_url = start_embedded(data_dir, database="bench")
         try:
             migrate.upgrade(embedded_url)
-            yield BenchDatabase(embedded_url, embedded=True)
+            yield BenchDatabase(in_schema(embedded_url, DEFAULT_DATABASE_SCHEMA), embedded=True)
         finally:
             _stop_embedded(data_dir)
     finally:

@@ -12,6 +12,7 @@ give the same DataFrame.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import quote
 
@@ -31,6 +32,9 @@ FETCH_SIZE = 10_000
 # any other one (a service file, client certificates, several hosts, ...) is
 # read by the Python data source, which hands it to libpq as it is.
 _PASSED_ON = ("user", "password", "sslmode", "application_name")
+# libpq's `options` as the coordinator's URLs carry it (the schema its
+# sessions start in, coordinator.db.urls.in_schema): JDBC's currentSchema.
+_SEARCH_PATH_OPTION = re.compile(r"^\s*-c\s+search_path=([a-z_][a-z0-9_]*)\s*$")
 
 
 def jdbc_connection(url: str) -> tuple[str, dict[str, str]] | None:
@@ -44,6 +48,10 @@ def jdbc_connection(url: str) -> tuple[str, dict[str, str]] | None:
         return None  # a UNIX socket, or several hosts
     port = params.pop("port", None) or os.environ.get("PGPORT") or "5432"
     dbname = params.pop("dbname", None)
+    options = params.pop("options", None)
+    schema = _SEARCH_PATH_OPTION.match(str(options)) if options is not None else None
+    if options is not None and schema is None:
+        return None  # other server options: JDBC has no general equivalent
     if set(params) - set(_PASSED_ON) or "," in str(port):
         return None
     user = params.get("user")
@@ -51,6 +59,8 @@ def jdbc_connection(url: str) -> tuple[str, dict[str, str]] | None:
         return None  # libpq would take both from the environment
     target = f"jdbc:postgresql://{host}:{port}/{quote(str(dbname or user), safe='')}"
     properties = {key: str(value) for key, value in params.items() if value is not None}
+    if schema is not None:
+        properties["currentSchema"] = schema.group(1)
     return target, properties
 
 

@@ -35,6 +35,11 @@ ENV_PREFIX = "COORDINATOR_"
 POSTGRESQL_URL = re.compile(r"^(postgres|postgresql)(\+\w+)?://")
 # The settings that are database URLs: shown anywhere only with their password hidden.
 DATABASE_URLS = ("database_url", "read_database_url")
+# The PostgreSQL schema that holds every object of the coordinator.
+DEFAULT_DATABASE_SCHEMA = "coordinator"
+# A name used unquoted in SQL and in search_path: lower case, no quoting
+# needed, at most 63 bytes (NAMEDATALEN); pg_ names are the system's.
+DATABASE_SCHEMA_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
 
 
 def env_name(field: str) -> str:
@@ -87,6 +92,13 @@ class Settings(BaseSettings):
         description="libpq URL the overview (status page, /v1/overview, /metrics' database "
         "gauges, `coordinator status`) and the pipeline's report and audit read from: a "
         "standby, typically with target_session_attrs=prefer-standby. Unset: database_url.",
+    )
+    database_schema: str = Field(
+        default=DEFAULT_DATABASE_SCHEMA,
+        pattern=DATABASE_SCHEMA_PATTERN,
+        description="The PostgreSQL schema of the coordinator's tables, views and functions, "
+        "created if missing; every connection of the coordinator sets its search_path to it. "
+        "A plain lower-case identifier.",
     )
     data_dir: Path = Field(
         default=Path(".coordinator"),
@@ -456,6 +468,13 @@ class Settings(BaseSettings):
         # The environment gives one string (COORDINATOR_ALLOWED_HOSTS=a,b), a
         # config file a list: both become the same checked, lower-case tuple.
         return host_patterns(value)
+
+    @field_validator("database_schema")
+    @classmethod
+    def _not_a_system_schema(cls, value: str) -> str:
+        if value.startswith("pg_") or value in {"public", "information_schema"}:
+            raise ValueError("a schema of the coordinator's own, not public or a system schema")
+        return value
 
     @field_validator("data_dir")
     @classmethod

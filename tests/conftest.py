@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, quote, urlparse
 
 import psycopg
 import pytest
+from psycopg import sql
 from pytest_postgresql import factories
 
 from coordinator import logs
@@ -78,10 +79,29 @@ postgresql_proc = factories.postgresql_noproc(load=[_migrate_template])
 postgresql = factories.postgresql("postgresql_proc")
 
 
+# The tests' own sessions on a migrated database (a psycopg connection that
+# asserts what a table holds) find the coordinator's schema by plain names.
+# The coordinator's connections set their search_path themselves; the
+# `empty_database` fixture has no such default, and the tests on it
+# (test_own_schema.py) prove that the coordinator needs none.
+TEST_SEARCH_PATH = "coordinator, public"
+
+
 @pytest.fixture
 def database_url(postgresql: psycopg.Connection) -> str:
     """A freshly migrated database of this test's own."""
     info = postgresql.info
+    with psycopg.connect(
+        url_for(info.host, info.port, info.user, info.dbname, info.password or None),
+        autocommit=True,
+    ) as conn:
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET search_path = " + TEST_SEARCH_PATH).format(
+                sql.Identifier(info.dbname)
+            )
+        )
+    postgresql.execute("SET search_path = " + TEST_SEARCH_PATH)
+    postgresql.commit()
     return url_for(info.host, info.port, info.user, info.dbname, info.password or None)
 
 
@@ -101,7 +121,7 @@ def empty_database(postgresql: psycopg.Connection) -> Iterator[str]:
 
 
 @pytest.fixture
-def db(postgresql: psycopg.Connection) -> psycopg.Connection:
+def db(postgresql: psycopg.Connection, database_url: str) -> psycopg.Connection:
     """A direct connection for asserting what the database holds."""
     postgresql.autocommit = True
     return postgresql

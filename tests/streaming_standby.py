@@ -80,6 +80,12 @@ class StreamingStandby:
         primary URL."""
         with psycopg.connect(self.primary_url(), autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+            # The tests' own sessions find the coordinator's schema (see conftest).
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} SET search_path = coordinator, public").format(
+                    sql.Identifier(dbname)
+                )
+            )
         url = self.primary_url(dbname)
         migrate.upgrade(url)
         self.wait_for_replay()

@@ -6,8 +6,12 @@ from collections import Counter, defaultdict
 
 import psycopg
 
+from coordinator.config import DEFAULT_DATABASE_SCHEMA
+from coordinator.db.urls import in_schema
+
 
 def connect(url: str) -> psycopg.Connection:
+    url = in_schema(url, DEFAULT_DATABASE_SCHEMA)
     return psycopg.connect(url, autocommit=True, connect_timeout=5)
 
 

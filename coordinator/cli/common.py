@@ -22,8 +22,10 @@ from coordinator.core import Coordinator
 from coordinator.db.migrate import RevisionError
 from coordinator.db.ready import (
     NoEmbeddedDatabase,
+    NotMigrated,
     database_url_for,
     describe_database,
+    migrated_database,
     ready_database,
 )
 from coordinator.domain.errors import CoordinatorError, NotFound
@@ -39,6 +41,8 @@ EXIT_NOT_FOUND = 3
 EXIT_REFUSED = 4
 EXIT_UNAVAILABLE = 5
 EXIT_CANNOT_LISTEN = 6
+# The database is not at this coordinator's revision (the pipeline's code too).
+EXIT_SCHEMA = 8
 
 # The options of `coordinator` itself that are settings, by the flag users write.
 GLOBAL_FLAGS = {
@@ -114,6 +118,19 @@ def settings_with_flags(ctx: typer.Context, *, not_settings: Collection[str] = (
     return loaded.settings
 
 
+def migrated_url(ctx: typer.Context, *, create: bool = False) -> str:
+    """The command's database, refused with a sentence unless it is migrated already.
+
+    The commands that read or act on existing state never migrate: only
+    `coordinator db upgrade` and `coordinator serve` do.
+    """
+    settings = settings_from(ctx)
+    if verbose(ctx):
+        say_database(settings)
+    with database_errors(settings):
+        return migrated_database(settings, create=create)
+
+
 def ready_url(ctx: typer.Context, *, create: bool = False) -> str:
     """The command's database, migrated (the embedded one started first).
 
@@ -160,6 +177,8 @@ def database_errors(settings: Settings) -> Iterator[None]:
         raise fail(no_database_sentence(error.data_dir), EXIT_UNAVAILABLE) from None
     except RevisionError as error:
         raise fail(str(error), EXIT_USAGE) from None
+    except NotMigrated as error:
+        raise fail(str(error), EXIT_SCHEMA) from None
     except (psycopg.Error, sqlalchemy.exc.DBAPIError) as error:
         reason = getattr(error, "orig", None) or error
         raise fail(f"the database refused: {one_line(reason)}", 1) from None
@@ -183,8 +202,13 @@ def one_line(error: BaseException | str) -> str:
 
 @asynccontextmanager
 async def open_core(ctx: typer.Context, *, create: bool = False) -> AsyncIterator[Coordinator]:
-    """The core on the command's database, closed on exit."""
-    async with Coordinator.connect(ready_url(ctx, create=create), settings_from(ctx)) as core:
+    """The core on the command's database, closed on exit.
+
+    Only with create=True (`tokens create`, which may come before the first
+    `serve`) is the database migrated; otherwise one not migrated is refused.
+    """
+    url = ready_url(ctx, create=True) if create else migrated_url(ctx)
+    async with Coordinator.connect(url, settings_from(ctx)) as core:
         yield core
 
 

@@ -38,7 +38,7 @@ def upgrade(
     """Migrate the database up to REVISION (default: the latest); creates the embedded one."""
     url = database_url(ctx, create=True)
     with database_errors(settings_from(ctx)), _revision(revision):
-        migrate.upgrade(url, revision)
+        migrate.upgrade(url, revision, schema=settings_from(ctx).database_schema)
     _print_revision(ctx, url)
 
 
@@ -50,7 +50,7 @@ def downgrade(
     """Migrate the database down to REVISION (base removes every table)."""
     url = database_url(ctx)
     with database_errors(settings_from(ctx)), _revision(revision):
-        migrate.downgrade(url, revision)
+        migrate.downgrade(url, revision, schema=settings_from(ctx).database_schema)
     _print_revision(ctx, url)
 
 
@@ -68,7 +68,7 @@ def _revision(revision: str) -> Iterator[None]:
 
 def _print_revision(ctx: typer.Context, url: str) -> None:
     with database_errors(settings_from(ctx)):
-        revisions = migrate.current_revisions(url)
+        revisions = migrate.current_revisions(url, schema=settings_from(ctx).database_schema)
     console.print(f"database at revision {', '.join(revisions) or 'base'}")
 
 
@@ -77,7 +77,7 @@ def current(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """Show the database's revision and the latest one."""
     url = database_url(ctx)
     with database_errors(settings_from(ctx)):
-        current = migrate.current_revisions(url)
+        current = migrate.current_revisions(url, schema=settings_from(ctx).database_schema)
     heads = migrate.head_revisions()
     up_to_date = set(current) == set(heads)
     if as_json:

@@ -33,6 +33,7 @@ from rich.table import Table
 
 from coordinator.cli.common import (
     EXIT_REFUSED,
+    EXIT_SCHEMA,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     console,
@@ -43,7 +44,7 @@ from coordinator.cli.common import (
 )
 from coordinator.cli.pipeline_databases import current_database, producer_url_of, read_database
 from coordinator.cli.tables import Column, print_table
-from coordinator.db.urls import redact
+from coordinator.db.urls import out_of_schema, redact
 from coordinator.pipeline import jobs
 from coordinator.pipeline.barrier import BARRIER_KEY, BARRIER_TABLE, parse_match_on
 from coordinator.pipeline.display import display_value
@@ -55,7 +56,6 @@ from coordinator.pipeline.session import MASTER_ENV
 EXIT_FAILED = 1
 EXIT_INCONSISTENT = 6
 EXIT_NOT_VERIFIED = 7
-EXIT_SCHEMA = 8
 EXIT_CODES = {
     Outcome.failed: EXIT_FAILED,
     Outcome.usage: EXIT_USAGE,
@@ -331,7 +331,9 @@ def audit(
         parsed(match_on, parse_match_on)
         require_extra()
         url = current_database(ctx)
-        producer_url = producer_url_of(producer_database_url, default=url)
+        # Unless given, the producer's table is in this database, the application's
+        # own part of it (public, or its login role's search_path): not our schema.
+        producer_url = producer_url_of(producer_database_url, default=out_of_schema(url))
         request = jobs.AuditRequest(
             producer_url=producer_url,
             table=table,

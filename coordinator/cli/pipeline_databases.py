@@ -15,7 +15,7 @@ import typer
 from psycopg.conninfo import conninfo_to_dict
 
 from coordinator.cli.common import database_errors, database_url, settings_from
-from coordinator.db.urls import libpq_url, redact
+from coordinator.db.urls import in_schema, libpq_url, redact
 from coordinator.pipeline.revision import require_current_revision
 from coordinator.pipeline.runner import JobError, Outcome
 
@@ -37,7 +37,7 @@ def read_database(ctx: typer.Context, url: str) -> str:
         return url
     # Named as what it is in every error: the read database, not database_url's.
     reading = settings.model_copy(update={"database_url": settings.read_database_url})
-    read_url = libpq_url(settings.read_database_url)
+    read_url = in_schema(libpq_url(settings.read_database_url), settings.database_schema)
     with database_errors(reading):
         require_current_revision(read_url, reading)
     return read_url

@@ -20,7 +20,7 @@ from coordinator.core.tokens import Tokens
 from coordinator.core.transactions import Transactions
 from coordinator.db.notifier import CHANNELS, Notifier
 from coordinator.db.pool import CoordinatorPool, open_pool
-from coordinator.db.urls import libpq_url
+from coordinator.db.urls import in_schema, libpq_url
 from coordinator.metrics import Meter
 
 # How long a starting node waits for its pool's first connections; a database
@@ -84,6 +84,8 @@ class Coordinator:
         stays on `database_url`.
         """
         settings = settings or Settings()
+        # Whatever URL it is given: every connection finds the coordinator's schema.
+        database_url = in_schema(database_url, settings.database_schema)
         pool = open_pool(
             database_url,
             min_size=settings.pool_min_size,
@@ -132,7 +134,7 @@ def _read_pool(settings: Settings) -> CoordinatorPool | None:
     if not settings.read_database_url:
         return None
     return open_pool(
-        libpq_url(settings.read_database_url),
+        in_schema(libpq_url(settings.read_database_url), settings.database_schema),
         min_size=1,
         max_size=min(settings.pool_max_size, READ_POOL_MAX_SIZE),
         timeout=settings.pool_timeout_seconds,

@@ -7,7 +7,7 @@ from pathlib import Path
 from coordinator.config import Settings
 from coordinator.db import migrate
 from coordinator.db.embedded import embedded_exists, start_embedded
-from coordinator.db.urls import libpq_url, redact
+from coordinator.db.urls import in_schema, libpq_url, redact
 
 
 class NoEmbeddedDatabase(LookupError):
@@ -32,16 +32,59 @@ def database_url_for(settings: Settings, *, create: bool = True) -> str:
     is refused (NoEmbeddedDatabase) instead of initialized: a command that
     reads or changes existing state, run from the wrong directory, would
     otherwise report on a new, empty database.
+
+    Every session on the URL starts with search_path set to the coordinator's
+    schema (settings.database_schema).
     """
     if settings.database_url:
-        return libpq_url(settings.database_url)
+        return in_schema(libpq_url(settings.database_url), settings.database_schema)
     if not create and not embedded_exists(settings.data_dir):
         raise NoEmbeddedDatabase(settings.data_dir)
-    return libpq_url(start_embedded(settings.data_dir))
+    url = libpq_url(start_embedded(settings.data_dir))
+    return in_schema(url, settings.database_schema)
 
 
 def ready_database(settings: Settings, *, create: bool = True) -> str:
     """The database URL with every migration applied."""
     url = database_url_for(settings, create=create)
-    migrate.upgrade(url)
+    migrate.upgrade(url, schema=settings.database_schema)
     return url
+
+
+class NotMigrated(LookupError):
+    """The database is not at this coordinator's revision: the sentence says what to do."""
+
+
+def migrated_database(settings: Settings, *, create: bool = False) -> str:
+    """The database URL, refused (NotMigrated) unless it is at this coordinator's revision.
+
+    For the commands that only read or act on existing state: they never
+    migrate (nor create anything in) a database; `coordinator db upgrade`
+    and `coordinator serve` do.
+    """
+    url = database_url_for(settings, create=create)
+    problem = revision_problem(url, settings)
+    if problem is not None:
+        raise NotMigrated(problem)
+    return url
+
+
+def revision_problem(url: str, settings: Settings) -> str | None:
+    """What is wrong with the revision of the database at `url`, as a sentence; None if nothing."""
+    current = migrate.current_revisions(url, schema=settings.database_schema)
+    expected = migrate.head_revisions()
+    if set(current) == set(expected):
+        return None
+    where = describe_database(settings)
+    if not current:
+        found = "has no coordinator schema"
+        remedy = "`coordinator db upgrade` creates it"
+    elif set(current) <= migrate.known_revisions():
+        found = f"is at revision {', '.join(current)}"
+        remedy = "`coordinator db upgrade` migrates it"
+    else:
+        found = f"is at revision {', '.join(current)}, newer than this coordinator knows"
+        remedy = "use the coordinator that migrated it"
+    return f"the database ({where}) {found}, this coordinator needs revision " + (
+        f"{', '.join(expected)}: {remedy}"
+    )

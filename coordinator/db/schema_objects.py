@@ -17,9 +17,11 @@ from importlib.resources import files
 
 from sqlalchemy import create_engine, pool, text
 
+from coordinator.config import DEFAULT_DATABASE_SCHEMA
+from coordinator.db.installation import installation_sql
 from coordinator.db.queries import parse_queries
 from coordinator.db.schema import metadata
-from coordinator.db.urls import sqlalchemy_url
+from coordinator.db.urls import in_schema, sqlalchemy_url
 
 SCHEMA_FILES = ("messages", "checkback", "delivery", "pipeline", "reader")
 
@@ -67,14 +69,18 @@ def schema_statements() -> list[str]:
     return [sql for kind in KINDS for block_kind, sql in blocks if block_kind == kind]
 
 
-def create_schema(database_url: str) -> None:
-    """Create the tables, then everything in the schema files, in one transaction.
+def create_schema(database_url: str, schema: str = DEFAULT_DATABASE_SCHEMA) -> None:
+    """Create the schema `schema`, its tables, then everything in the schema files.
 
-    For an empty database; it does not stamp an Alembic revision.
+    In one transaction, for an empty database; it does not stamp an Alembic
+    revision. The connection's search_path is `schema`: the files name
+    their objects unqualified, and their functions keep it (FROM CURRENT).
     """
-    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
+    url = sqlalchemy_url(in_schema(database_url, schema))
+    engine = create_engine(url, poolclass=pool.NullPool)
     try:
         with engine.begin() as conn:
+            conn.exec_driver_sql(installation_sql("create_schema", schema))
             metadata.create_all(conn)
             for statement in schema_statements():
                 # text(), as Alembic's op.execute does: the same SQL, escaped

@@ -11,7 +11,7 @@ move into the query, which its psycopg dialect hands to libpq unchanged.
 from __future__ import annotations
 
 import re
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -28,6 +28,42 @@ def libpq_url(url: str) -> str:
     url = POSTGRESQL_URL.sub("postgresql://", url, count=1)
     # pgserver's URLs say `postgres:@`: an empty password is no password.
     return AUTHORITY_PASSWORD.sub(lambda m: m.group(0) if m.group(2) else f"://{m.group(1)}@", url)
+
+
+def in_schema(url: str, schema: str) -> str:
+    """`url` whose sessions start with search_path set to `schema` (libpq's `options`).
+
+    Every connection of the coordinator, and whatever it hands a URL to
+    (psql, ADBC, SQLAlchemy), finds the coordinator's objects by their plain
+    names and creates nothing elsewhere. A URL whose options already set a
+    search_path keeps it.
+    """
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    options = " ".join(value for name, value in params if name == "options")
+    if "search_path" in options:
+        return url
+    # `schema` is a plain identifier (Settings.database_schema): no quoting needed.
+    options = f"{options} -c search_path={schema}".strip()
+    params = [(name, value) for name, value in params if name != "options"]
+    query = urlencode([*params, ("options", options)], safe=",/:[]", quote_via=quote)
+    return parts._replace(query=query).geturl()
+
+
+def out_of_schema(url: str) -> str:
+    """`url` without the search_path `in_schema` adds: sessions as the application's."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    options = " ".join(value for name, value in params if name == "options")
+    kept = _SEARCH_PATH_OPTION.sub("", options).strip()
+    params = [(name, value) for name, value in params if name != "options"]
+    if kept:
+        params.append(("options", kept))
+    query = urlencode(params, safe=",/:[]", quote_via=quote)
+    return parts._replace(query=query).geturl()
+
+
+_SEARCH_PATH_OPTION = re.compile(r"-c\s*search_path=\S+")
 
 
 def sqlalchemy_url(url: str) -> str:

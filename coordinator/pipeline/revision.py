@@ -13,20 +13,13 @@ from coordinator.db.ready import describe_database
 from coordinator.pipeline.runner import JobError, Outcome
 
 
-def _known_revisions() -> set[str]:
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory(str(migrate.migrations_dir()))
-    return {revision.revision for revision in script.walk_revisions()}
-
-
 def require_current_revision(url: str, settings: Settings) -> None:
     """Refuse (`Outcome.schema`) unless the schema at `url` is at this code's revision.
 
     `settings` name the database for people. A database that cannot be read
     raises the database's own error.
     """
-    current = migrate.current_revisions(url)
+    current = migrate.current_revisions(url, schema=settings.database_schema)
     expected = migrate.head_revisions()
     if set(current) == set(expected):
         return
@@ -35,7 +28,7 @@ def require_current_revision(url: str, settings: Settings) -> None:
     if not current:
         found = "has no coordinator schema"
         remedy = "`coordinator db upgrade` creates it"
-    elif set(current) <= _known_revisions():
+    elif set(current) <= migrate.known_revisions():
         found = f"is at revision {', '.join(current)}"
         remedy = "`coordinator db upgrade` migrates it"
     else:

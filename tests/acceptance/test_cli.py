@@ -262,9 +262,11 @@ def test_db_current_shows_no_password_mask_without_a_password(database_url: str)
 def test_db_url_hides_a_password_unless_asked() -> None:
     url = "postgresql://app:s3cret@db.example:5432/coordinator"
     hidden = runner.invoke(app, ["--database-url", url, "db", "url"], catch_exceptions=False)
-    assert hidden.stdout == "postgresql://app:***@db.example:5432/coordinator\n"
+    # Sessions on the printed URL land in the coordinator's schema.
+    in_schema = "?options=-c%20search_path%3Dcoordinator"
+    assert hidden.stdout == f"postgresql://app:***@db.example:5432/coordinator{in_schema}\n"
     shown = runner.invoke(app, ["db", "url", "--show-password", "--database-url", url])
-    assert shown.stdout == f"{url}\n"
+    assert shown.stdout == f"{url}{in_schema}\n"
 
 
 def test_db_url_is_a_url_psql_accepts(database_url: str) -> None:

@@ -153,7 +153,7 @@ def test_three_nodes_started_together_on_an_empty_database_all_come_up(
         for node in nodes:
             _wait_healthy(node)
     with psycopg.connect(url) as conn:
-        (versions,) = conn.execute("SELECT count(*) FROM alembic_version").fetchone()
+        (versions,) = conn.execute("SELECT count(*) FROM coordinator.alembic_version").fetchone()
     assert versions == 1
     assert migrate.current_revisions(url) == migrate.head_revisions()
 

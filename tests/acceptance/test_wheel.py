@@ -78,7 +78,7 @@ def _install(wheel: Path, venv: Path) -> Path:
 def _tables(database_url: str) -> set[str]:
     with psycopg.connect(database_url) as conn:
         rows = conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'coordinator'"
         ).fetchall()
     return {name for (name,) in rows}
 

@@ -254,7 +254,7 @@ async def test_the_password_is_never_stored_nor_shown_in_clear(
     tables = [
         row[0]
         for row in db.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'coordinator'"
         ).fetchall()
     ]
     for table in tables:

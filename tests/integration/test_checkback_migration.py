@@ -15,7 +15,8 @@ CHECKBACK_RELATIONS = {"producers", "check_requests", "check_backs"}
 
 def _relations(db: psycopg.Connection) -> set[str]:
     rows = db.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema IN ('public', 'coordinator')"
     ).fetchall()
     return {name for (name,) in rows}
 

@@ -12,7 +12,8 @@ DELIVERY_TABLES = {"subscriptions", "deliveries", "dead_letters", "consumer_lag"
 
 def _tables(db: psycopg.Connection) -> set[str]:
     rows = db.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema IN ('public', 'coordinator')"
     ).fetchall()
     return {name for (name,) in rows}
 

@@ -13,21 +13,21 @@ from sqlalchemy import create_engine
 
 from coordinator.db import migrate
 from coordinator.db.schema import metadata
-from coordinator.db.urls import sqlalchemy_url
+from coordinator.db.urls import in_schema, sqlalchemy_url
 from tests.processes import clean_environment
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _tables(db: psycopg.Connection) -> set[str]:
+def _tables(db: psycopg.Connection, schema: str = "coordinator") -> set[str]:
     rows = db.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", [schema]
     ).fetchall()
     return {name for (name,) in rows}
 
 
 def _schema_differences(database_url: str) -> list:
-    engine = create_engine(sqlalchemy_url(database_url))
+    engine = create_engine(sqlalchemy_url(in_schema(database_url, "coordinator")))
     try:
         with engine.connect() as conn:
             return compare_metadata(MigrationContext.configure(conn), metadata)
@@ -55,11 +55,15 @@ def test_downgrade_removes_everything_and_upgrade_restores_it(
     assert expected <= _tables(db)
 
     migrate.downgrade(database_url, "base")
-    assert _tables(db) <= {"alembic_version"}
+    # Below the move into the schema, Alembic's table is back in public, and
+    # the schema, empty, is gone.
+    assert _tables(db, "public") <= {"alembic_version"}
+    assert _tables(db) == set()
     assert migrate.current_revisions(database_url) == ()
 
     migrate.upgrade(database_url)
     assert expected <= _tables(db)
+    assert _tables(db, "public") <= {"alembic_version"}
     assert _schema_differences(database_url) == []
 
 

@@ -60,10 +60,10 @@ def reader(postgresql: psycopg.Connection, db: psycopg.Connection) -> Iterator[p
         db.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(role))
 
 
-def _public_relations(db: psycopg.Connection, kinds: str) -> list[str]:
+def _coordinator_relations(db: psycopg.Connection, kinds: str) -> list[str]:
     rows = db.execute(
         "SELECT relname FROM pg_class "
-        "WHERE relnamespace = 'public'::regnamespace AND relkind = ANY(%s) ORDER BY 1",
+        "WHERE relnamespace = 'coordinator'::regnamespace AND relkind = ANY(%s) ORDER BY 1",
         (list(kinds),),
     ).fetchall()
     return [name for (name,) in rows]
@@ -80,7 +80,8 @@ def _reader_grants(db: psycopg.Connection) -> set[tuple[str, str]]:
         """
         SELECT c.relname, a.privilege_type
         FROM pg_class c, aclexplode(c.relacl) a
-        WHERE c.relnamespace = 'public'::regnamespace AND a.grantee = %(role)s::regrole
+        WHERE c.relnamespace IN ('public'::regnamespace, to_regnamespace('coordinator'))
+          AND a.grantee = %(role)s::regrole
         UNION ALL
         SELECT 'schema ' || n.nspname, a.privilege_type
         FROM pg_namespace n, aclexplode(n.nspacl) a
@@ -92,7 +93,7 @@ def _reader_grants(db: psycopg.Connection) -> set[tuple[str, str]]:
 
 
 def _expected_grants() -> set[tuple[str, str]]:
-    return {(view, "SELECT") for view in DOCUMENTED_VIEWS} | {("schema public", "USAGE")}
+    return {(view, "SELECT") for view in DOCUMENTED_VIEWS} | {("schema coordinator", "USAGE")}
 
 
 @pytest.mark.anyio
@@ -151,7 +152,7 @@ def test_no_readable_view_is_built_on_message_bodies(db: psycopg.Connection) -> 
     # producer-supplied payload columns) anywhere, their output included.
     rows = db.execute(
         "SELECT DISTINCT view_name FROM information_schema.view_column_usage "
-        "WHERE table_schema = 'public' AND table_name = 'messages' "
+        "WHERE table_schema = 'coordinator' AND table_name = 'messages' "
         "AND column_name IN ('body', 'properties', 'keys')"
     ).fetchall()
     assert {name for (name,) in rows} == {"archivable_messages"}
@@ -168,13 +169,14 @@ def test_the_reader_holds_select_on_the_documented_views_and_nothing_else(
             """
             SELECT c.relname, p
             FROM pg_class c, unnest(%s::text[]) p
-            WHERE c.relnamespace = 'public'::regnamespace
+            WHERE c.relnamespace IN ('public'::regnamespace, 'coordinator'::regnamespace)
               AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
               AND has_table_privilege(c.oid, p)
             UNION ALL
             SELECT c.relname, p
             FROM pg_class c, unnest(ARRAY['USAGE', 'SELECT', 'UPDATE']) p
-            WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'S'
+            WHERE c.relnamespace IN ('public'::regnamespace, 'coordinator'::regnamespace)
+              AND c.relkind = 'S'
               AND has_sequence_privilege(c.oid, p)
             """,
             (list(TABLE_PRIVILEGES),),
@@ -184,14 +186,16 @@ def test_the_reader_holds_select_on_the_documented_views_and_nothing_else(
     # No column-level grant either (SELECT (body) ON messages would be one).
     (columns,) = reader.execute(
         "SELECT count(*) FROM pg_class c "
-        "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') "
+        "WHERE c.relnamespace IN ('public'::regnamespace, 'coordinator'::regnamespace) "
+        "AND c.relkind IN ('r', 'p') "
         "AND has_any_column_privilege(c.oid, 'SELECT, INSERT, UPDATE, REFERENCES')"
     ).fetchone()
     assert columns == 0
     assert reader.execute(
-        "SELECT has_schema_privilege('public', 'USAGE'), has_schema_privilege('public', 'CREATE'),"
+        "SELECT has_schema_privilege('coordinator', 'USAGE'),"
+        " has_schema_privilege('coordinator', 'CREATE'), has_schema_privilege('public', 'CREATE'),"
         " has_database_privilege(current_database(), 'CREATE')"
-    ).fetchone() == (True, False, False)
+    ).fetchone() == (True, False, False, False)
     (can_login,) = db.execute(
         "SELECT rolcanlogin FROM pg_roles WHERE rolname = %s", (READER,)
     ).fetchone()
@@ -203,11 +207,11 @@ def test_the_reader_cannot_read_any_table_nor_the_archive_view(
 ) -> None:
     _refused(reader, "SELECT body FROM messages")
     _refused(reader, "SELECT body FROM archivable_messages")
-    tables = _public_relations(db, "rp")
+    tables = _coordinator_relations(db, "rp")
     assert {"messages", "message_history", "api_tokens", "alembic_version"} <= set(tables)
     for table in [*tables, "archivable_messages"]:
         _refused(reader, sql.SQL("SELECT 1 FROM {} LIMIT 1").format(sql.Identifier(table)))
-    for sequence in _public_relations(db, "S"):
+    for sequence in _coordinator_relations(db, "S"):
         _refused(reader, sql.SQL("SELECT nextval({})").format(sql.Literal(sequence)))
 
 
@@ -220,7 +224,7 @@ def test_the_reader_can_write_nothing(db: psycopg.Connection, reader: psycopg.Co
     _refused(reader, "UPDATE messages SET state = 'committed'")
     _refused(reader, "DELETE FROM message_history")
     _refused(reader, "INSERT INTO api_tokens (name, secret_sha256, admin) VALUES ('me', 'x', true)")
-    for table in _public_relations(db, "rp"):
+    for table in _coordinator_relations(db, "rp"):
         _refused(reader, sql.SQL("DELETE FROM {}").format(sql.Identifier(table)))
         _refused(reader, sql.SQL("TRUNCATE {}").format(sql.Identifier(table)))
     # pending_transactions is a simple, automatically updatable view: only
@@ -235,6 +239,7 @@ def test_the_reader_cannot_create_anything(reader: psycopg.Connection) -> None:
     _refused(reader, "CREATE TABLE public.mine (id int)")
     _refused(reader, "CREATE VIEW public.mine AS SELECT 1")
     _refused(reader, "CREATE FUNCTION public.mine() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+    _refused(reader, "CREATE TABLE coordinator.mine (id int)")
     _refused(reader, "CREATE SCHEMA mine")
 
 

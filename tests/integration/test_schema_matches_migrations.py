@@ -2,8 +2,8 @@
 
 One database is migrated to head (the `database_url` fixture); another,
 empty one on the same server gets `create_schema` (the tables of
-coordinator.db.schema, then coordinator/db/sql/schema/*.sql). Their public
-schemas are read from pg_catalog and must be the same, object by object and
+coordinator.db.schema, then coordinator/db/sql/schema/*.sql). Their
+coordinator schemas are read from pg_catalog and must be the same, object by object and
 character by character, privileges included: a function, view or grant
 changed in a schema file without a migration (or the reverse) fails here
 with a diff.
@@ -25,12 +25,13 @@ from sqlalchemy import create_engine
 
 from coordinator.db.schema import metadata
 from coordinator.db.schema_objects import create_schema
-from coordinator.db.urls import libpq_url, sqlalchemy_url
+from coordinator.db.urls import in_schema, libpq_url, sqlalchemy_url
 
 # Alembic's bookkeeping: only the migrated database has it.
 IGNORED_TABLES = ("alembic_version",)
 
-# Each query yields (name, definition) for one kind of object in `public`.
+# Each query yields (name, definition) for one kind of object in the
+# coordinator's schema.
 CATALOG_QUERIES = {
     "table": """
         SELECT c.relname,
@@ -52,7 +53,7 @@ CATALOG_QUERIES = {
         FROM pg_class c
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-        WHERE c.relnamespace = 'public'::regnamespace
+        WHERE c.relnamespace = 'coordinator'::regnamespace
           AND c.relkind IN ('r', 'p')
           AND c.relname <> ALL (%(ignored)s)
         GROUP BY c.oid
@@ -62,32 +63,32 @@ CATALOG_QUERIES = {
         FROM pg_index x
         JOIN pg_class i ON i.oid = x.indexrelid
         JOIN pg_class t ON t.oid = x.indrelid
-        WHERE t.relnamespace = 'public'::regnamespace
+        WHERE t.relnamespace = 'coordinator'::regnamespace
           AND t.relname <> ALL (%(ignored)s)
     """,
     "constraint": """
         SELECT t.relname || '.' || con.conname, pg_get_constraintdef(con.oid)
         FROM pg_constraint con
         JOIN pg_class t ON t.oid = con.conrelid
-        WHERE t.relnamespace = 'public'::regnamespace
+        WHERE t.relnamespace = 'coordinator'::regnamespace
           AND t.relname <> ALL (%(ignored)s)
     """,
     "view": """
         SELECT c.relname, pg_get_viewdef(c.oid, true)
         FROM pg_class c
-        WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('v', 'm')
+        WHERE c.relnamespace = 'coordinator'::regnamespace AND c.relkind IN ('v', 'm')
     """,
     "function": """
         SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid)
         FROM pg_proc p
-        WHERE p.pronamespace = 'public'::regnamespace AND p.prokind <> 'a'
+        WHERE p.pronamespace = 'coordinator'::regnamespace AND p.prokind <> 'a'
     """,
     "trigger": """
         SELECT t.relname || '.' || tg.tgname,
                pg_get_triggerdef(tg.oid, true) || E'\nenabled: ' || tg.tgenabled::text
         FROM pg_trigger tg
         JOIN pg_class t ON t.oid = tg.tgrelid
-        WHERE t.relnamespace = 'public'::regnamespace
+        WHERE t.relnamespace = 'coordinator'::regnamespace
           AND NOT tg.tgisinternal
           AND t.relname <> ALL (%(ignored)s)
     """,
@@ -103,14 +104,14 @@ CATALOG_QUERIES = {
                             acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::"char",
                                        c.relowner)) AS acl
             FROM pg_class c
-            WHERE c.relnamespace = 'public'::regnamespace
+            WHERE c.relnamespace = 'coordinator'::regnamespace
               AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
               AND c.relname <> ALL (%(ignored)s)
             UNION ALL
             SELECT 'schema ' || n.nspname, n.nspowner,
                    coalesce(n.nspacl, acldefault('n'::"char", n.nspowner))
             FROM pg_namespace n
-            WHERE n.nspname = 'public'
+            WHERE n.nspname = 'coordinator'
         )
         SELECT o.name, coalesce(string_agg(e.entry, E'\n' ORDER BY e.entry), '')
         FROM objects o
@@ -132,7 +133,8 @@ Catalog = dict[str, dict[str, str]]
 
 def read_catalog(database_url: str) -> Catalog:
     """kind -> name -> definition, for every object of CATALOG_QUERIES."""
-    with psycopg.connect(libpq_url(database_url)) as conn:
+    # Both read with the same search_path: definitions name objects the same way.
+    with psycopg.connect(in_schema(libpq_url(database_url), "coordinator")) as conn:
         return {
             kind: dict(conn.execute(query, {"ignored": list(IGNORED_TABLES)}).fetchall())
             for kind, query in CATALOG_QUERIES.items()
@@ -191,7 +193,7 @@ def test_the_schema_files_build_what_the_migrations_build(
 def test_the_tables_built_from_the_schema_files_match_the_schema_module(
     schema_files_url: str,
 ) -> None:
-    engine = create_engine(sqlalchemy_url(schema_files_url))
+    engine = create_engine(sqlalchemy_url(in_schema(schema_files_url, "coordinator")))
     try:
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []

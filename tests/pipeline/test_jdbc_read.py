@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from bench.jdbc_read import JAR, driver_available, jdbc_connection, read_jdbc
 from bench.tcp_postgres import tcp_postgres
+from coordinator.db.urls import in_schema
 from coordinator.pipeline.source import ReadSpec
 from coordinator.pipeline.tables import read_postgres, utc_wall_clock
 from tests.pipeline.test_source import EVERY_TYPE
@@ -51,3 +52,13 @@ def test_only_a_tcp_url_goes_to_jdbc() -> None:
     )
     assert jdbc_connection("postgresql://postgres@/coordinator?host=/run/pg&port=5432") is None
     assert jdbc_connection("postgresql://app@db.internal/shop?sslcert=client.crt") is None
+
+
+def test_the_coordinators_schema_goes_to_jdbc_as_its_current_schema() -> None:
+    url = in_schema("postgresql://app:secret@db.internal:6432/shop", "coordinator")
+    assert jdbc_connection(url) == (
+        "jdbc:postgresql://db.internal:6432/shop",
+        {"user": "app", "password": "secret", "currentSchema": "coordinator"},
+    )
+    other = "postgresql://app@db.internal/shop?options=-c%20statement_timeout%3D5"
+    assert jdbc_connection(other) is None

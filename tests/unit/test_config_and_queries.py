@@ -117,3 +117,30 @@ def test_named_queries_parse_and_names_are_unique() -> None:
     assert all(q.text and not q.text.endswith(";") for q in queries.values())
     with pytest.raises(ValueError, match="defined twice"):
         parse_queries("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;")
+
+
+@pytest.mark.parametrize(
+    "schema", ["Coordinator", "my-schema", "1mq", "public", "pg_mq", "information_schema", "x" * 64]
+)
+def test_the_database_schema_is_a_plain_name_of_the_coordinators_own(schema: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings().with_overrides(database_schema=schema)
+    assert {p.field for p in refused.value.problems} == {"database_schema"}
+
+
+def test_every_coordinator_url_starts_its_sessions_in_the_schema() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from coordinator.db.urls import in_schema, out_of_schema, sqlalchemy_url
+
+    assert Settings().database_schema == "coordinator"
+    plain = "postgresql://u:p@h1:5432,h2:5432/db?target_session_attrs=read-write"
+    url = in_schema(plain, "mq")
+    assert conninfo_to_dict(url)["options"] == "-c search_path=mq"
+    assert "search_path%3Dmq" in sqlalchemy_url(url)
+    assert in_schema(url, "mq") == url  # once
+    assert out_of_schema(url) == plain
+    timeout = in_schema("postgresql://h/db?options=-c%20statement_timeout%3D5", "mq")
+    assert conninfo_to_dict(timeout)["options"] == "-c statement_timeout=5 -c search_path=mq"
+    own = "postgresql://h/db?options=-c%20search_path%3Dmine"
+    assert in_schema(own, "mq") == own  # the URL's own search_path wins

@@ -15,7 +15,9 @@ ALTER TABLE deliveries SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.
 -- waits for a commit that is fanning out to it and then removes what it
 -- fanned out.
 CREATE FUNCTION subscriptions_deleted() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     DELETE FROM deliveries d
     USING old_subscriptions s
@@ -65,6 +67,7 @@ LEFT JOIN dead USING (consumer_group, topic);
 -- commit fail.
 CREATE FUNCTION sql92_number(value text) RETURNS numeric
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path FROM CURRENT
 AS $$
 SELECT CASE
     WHEN length(value) <= 1000
@@ -79,6 +82,7 @@ $$;
 -- message's tag), or a literal's text ('true'/'false' for booleans).
 CREATE FUNCTION sql92_text(value jsonb, tags text, properties jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path FROM CURRENT
 AS $$
 SELECT CASE
     WHEN value ? 'property' THEN
@@ -94,6 +98,7 @@ $$;
 -- 'string' (properties are text), 'number' or 'boolean': how a value compares.
 CREATE FUNCTION sql92_kind(value jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path FROM CURRENT
 AS $$
 SELECT CASE
     WHEN value ? 'number' THEN 'number'
@@ -114,6 +119,7 @@ $$;
 -- RocketMQ. Never raises: an unknown node is unknown.
 CREATE FUNCTION sql92_eval(node jsonb, tags text, properties jsonb) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     op text := node ->> 'op';
@@ -210,6 +216,7 @@ $$;
 -- that is true delivers (false and unknown do not).
 CREATE FUNCTION sql92_matches(filter jsonb, tags text, properties jsonb) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path FROM CURRENT
 AS $$
 SELECT coalesce(sql92_eval(filter, tags, properties), false)
 $$;

@@ -29,6 +29,7 @@ CREATE FUNCTION messages_changed() RETURNS trigger
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     ids bigint[];          -- newly committed messages, in offset order
@@ -134,6 +135,7 @@ $$;
 CREATE FUNCTION messages_deleted() RETURNS trigger
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     gone bigint[] := ARRAY(SELECT id FROM old_messages);

@@ -20,18 +20,21 @@ $$;
 
 -- name: reader_revoke_tables
 -- A role that existed before may hold rights here that nobody reviewed:
--- start from nothing so that it can do exactly what is granted below.
-REVOKE ALL ON ALL TABLES IN SCHEMA public FROM coordinator_reader;
-
--- name: reader_revoke_sequences
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM coordinator_reader;
-
--- name: reader_revoke_schema
-REVOKE ALL ON SCHEMA public FROM coordinator_reader;
-
--- name: reader_schema_usage
--- USAGE to resolve names in public, never CREATE.
-GRANT USAGE ON SCHEMA public TO coordinator_reader;
+-- start from nothing so that it can do exactly what is granted below. Here
+-- is the coordinator's schema (the setting database_schema), the first of
+-- the search_path every connection of the coordinator sets: named by
+-- current_schema(), hence the DO blocks.
+DO $$
+BEGIN
+    EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA %I FROM coordinator_reader',
+                   current_schema());
+    EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA %I FROM coordinator_reader',
+                   current_schema());
+    EXECUTE format('REVOKE ALL ON SCHEMA %I FROM coordinator_reader', current_schema());
+    -- USAGE to resolve names in the schema, never CREATE.
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO coordinator_reader', current_schema());
+END
+$$;
 
 -- name: reader_views
 -- The views of docs/sql.md that people query. They run with their owner's
