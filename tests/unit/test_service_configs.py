@@ -13,6 +13,7 @@ from coordinator.core.configs import DERIVED, ServiceConfigs
 NODE_SETTINGS = {
     "database_url",
     "read_database_url",
+    "database_schema",
     "pool_min_size",
     "pool_max_size",
     "pool_timeout_seconds",
