@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.config import Settings
@@ -69,22 +70,42 @@ def migrated_database(settings: Settings, *, create: bool = False) -> str:
     return url
 
 
-def revision_problem(url: str, settings: Settings) -> str | None:
-    """What is wrong with the revision of the database at `url`, as a sentence; None if nothing."""
+@dataclass(frozen=True, slots=True)
+class RevisionGap:
+    """How a database's revision differs from this code's, in words for a sentence."""
+
+    where: str  # the database, as people may see it
+    found: str  # "has no coordinator schema", "is at revision 0016", ...
+    expected: str  # the revision this code needs
+    remedy: str  # what to do, when this code can do it (not when the database is newer)
+    newer: bool  # migrated by a newer coordinator
+
+
+def revision_gap(url: str, settings: Settings) -> RevisionGap | None:
+    """How the database at `url` differs from this code's revision; None when it does not."""
     current = migrate.current_revisions(url, schema=settings.database_schema)
     expected = migrate.head_revisions()
     if set(current) == set(expected):
         return None
-    where = describe_database(settings)
+    at = ", ".join(current)
     if not current:
-        found = "has no coordinator schema"
-        remedy = "`coordinator db upgrade` creates it"
+        found, remedy = "has no coordinator schema", "`coordinator db upgrade` creates it"
     elif set(current) <= migrate.known_revisions():
-        found = f"is at revision {', '.join(current)}"
-        remedy = "`coordinator db upgrade` migrates it"
+        found, remedy = f"is at revision {at}", "`coordinator db upgrade` migrates it"
     else:
-        found = f"is at revision {', '.join(current)}, newer than this coordinator knows"
-        remedy = "use the coordinator that migrated it"
-    return f"the database ({where}) {found}, this coordinator needs revision " + (
-        f"{', '.join(expected)}: {remedy}"
+        found, remedy = f"is at revision {at}, newer than this coordinator knows", ""
+    return RevisionGap(
+        describe_database(settings), found, ", ".join(expected), remedy, newer=not remedy
+    )
+
+
+def revision_problem(url: str, settings: Settings) -> str | None:
+    """What is wrong with the revision of the database at `url`, as a sentence; None if nothing."""
+    gap = revision_gap(url, settings)
+    if gap is None:
+        return None
+    remedy = "use the coordinator that migrated it" if gap.newer else gap.remedy
+    return (
+        f"the database ({gap.where}) {gap.found}, this coordinator needs revision "
+        f"{gap.expected}: {remedy}"
     )
