@@ -37,14 +37,14 @@ import psycopg
 from psycopg import sql
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.engine import make_url
 
 from bench.baseline import BaselineResult, run_baseline
-from bench.database import BenchDatabase, bench_database
+from bench.database import BenchDatabase, bench_database, on_database
 from bench.http_load import LoadResult, run_batches, run_single
 from bench.run import RESULTS, batch_producers, load_figures
 from bench.server import coordinator_process
 from coordinator.db.migrate import head_revisions
+from coordinator.db.urls import out_of_schema
 
 console = Console(width=140)
 # The tree this module belongs to: the default candidate, and the repository
@@ -226,9 +226,9 @@ def side_databases(database: BenchDatabase, sides: dict[str, Side]) -> Iterator[
             dbname = f"ab_{name}"
             drop(dbname)
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
-            urls[name] = (
-                make_url(database.url).set(database=dbname).render_as_string(hide_password=False)
-            )
+            # Each side's own code puts its objects where it keeps them (a side
+            # from before the coordinator's schema keeps them in public).
+            urls[name] = on_database(out_of_schema(database.url), dbname)
             upgrade = ["--database-url", urls[name], "db", "upgrade"]
             migrated = subprocess.run(
                 [sys.executable, "-m", "coordinator", *upgrade],

@@ -13,7 +13,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import psycopg
 
@@ -65,6 +65,11 @@ def run_baseline(database: BenchDatabase, *, clients: int, seconds: float) -> Ba
     env = {**os.environ, "PGUSER": url.username or "postgres"}
     if url.password:
         env["PGPASSWORD"] = url.password
+    # The URL's `options` (the coordinator's search_path, where SETUP made the
+    # tables) reach pgbench, which takes no URL, through libpq's environment.
+    options = parse_qs(url.query).get("options")
+    if options:
+        env["PGOPTIONS"] = options[0]
     command = [
         pgbench_binary(),
         "-n",  # no vacuum of pgbench's own tables

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, quote, urlparse, urlsplit
 
 from coordinator.config import DEFAULT_DATABASE_SCHEMA
 from coordinator.db import migrate
@@ -65,3 +65,12 @@ def pgbench_binary() -> str:
     if found is None:
         raise RuntimeError("pgbench not found (neither in pgserver nor on PATH)")
     return found
+
+
+def on_database(url: str, name: str) -> str:
+    """`url` with another database name, the rest (the schema's `options` too) as it was.
+
+    Not SQLAlchemy's URL rendering: it writes a space in a query value as `+`,
+    which libpq reads as a plus sign.
+    """
+    return urlsplit(url)._replace(path="/" + quote(name, safe="")).geturl()

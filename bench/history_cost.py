@@ -41,9 +41,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from rich.console import Console
-from sqlalchemy.engine import make_url
 
-from bench.database import bench_database
+from bench.database import bench_database, on_database
 from bench.http_load import BODY, GROUP, TOPIC, run_single
 from bench.run import load_figures
 from bench.server import coordinator_process
@@ -127,7 +126,7 @@ def two_databases(url: str) -> Iterator[dict[str, str]]:
                 # A copy of the first, migrated one: alike, and quicker than migrating.
                 create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
             admin.execute(create)
-            urls[side] = make_url(url).set(database=name).render_as_string(hide_password=False)
+            urls[side] = on_database(url, name)
             if template is None:
                 migrate.upgrade(urls[side])
                 template = name

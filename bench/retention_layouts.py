@@ -287,12 +287,12 @@ def _format(name: str, **identifiers: sql.Composable) -> sql.Composed:
 
 
 def _connect(url: str, schema: str) -> psycopg.Connection:
-    return psycopg.connect(url, autocommit=True, options=f"-c search_path={schema},public")
+    return psycopg.connect(url, autocommit=True, options=f"-c search_path={schema},coordinator")
 
 
 async def _connect_async(url: str, schema: str) -> psycopg.AsyncConnection:
     return await psycopg.AsyncConnection.connect(
-        url, autocommit=True, options=f"-c search_path={schema},public"
+        url, autocommit=True, options=f"-c search_path={schema},coordinator"
     )
 
 

@@ -1,28 +1,44 @@
 -- The two layouts bench/retention_layouts.py compares, each in a scratch
 -- schema of its own, and the statements it runs on them. Table names in the
 -- statements are unqualified: each connection's search_path puts the
--- layout's schema before public, where the coordinator's trigger functions
--- (and the subscriptions they read) live, so the triggers below write the
--- layout's own history and deliveries.
+-- layout's schema before the coordinator's (`coordinator`, where the
+-- subscriptions the triggers read live). The coordinator's trigger
+-- functions carry their schema as their own search_path, so each layout
+-- gets copies without it (copy_trigger_functions): its triggers then write
+-- the layout's own history and deliveries.
 
 -- name: plain_layout
 -- Today's tables: copies of the migrated ones with their indexes,
 -- constraints, storage parameters and triggers.
 CREATE SCHEMA retention_plain;
-CREATE TABLE retention_plain.messages (LIKE public.messages INCLUDING ALL);
+DO $$
+DECLARE
+    definition text;
+BEGIN
+    FOR definition IN
+        SELECT pg_get_functiondef(oid) FROM pg_proc
+        WHERE pronamespace = 'coordinator'::regnamespace
+          AND proname IN ('messages_changed', 'messages_deleted')
+    LOOP
+        definition := replace(definition, 'FUNCTION coordinator.', 'FUNCTION retention_plain.');
+        EXECUTE regexp_replace(definition, '\n SET search_path TO [^\n]*', '');
+    END LOOP;
+END
+$$;
+CREATE TABLE retention_plain.messages (LIKE coordinator.messages INCLUDING ALL);
 ALTER TABLE retention_plain.messages SET (fillfactor = 85, autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);
-CREATE TABLE retention_plain.message_history (LIKE public.message_history INCLUDING ALL);
-CREATE TABLE retention_plain.deliveries (LIKE public.deliveries INCLUDING ALL);
+CREATE TABLE retention_plain.message_history (LIKE coordinator.message_history INCLUDING ALL);
+CREATE TABLE retention_plain.deliveries (LIKE coordinator.deliveries INCLUDING ALL);
 ALTER TABLE retention_plain.deliveries SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 CREATE TRIGGER messages_changed_inserted AFTER INSERT ON retention_plain.messages
 REFERENCING NEW TABLE AS new_messages
-FOR EACH STATEMENT EXECUTE FUNCTION public.messages_changed();
+FOR EACH STATEMENT EXECUTE FUNCTION retention_plain.messages_changed();
 CREATE TRIGGER messages_changed_updated AFTER UPDATE ON retention_plain.messages
 REFERENCING OLD TABLE AS old_messages NEW TABLE AS new_messages
-FOR EACH STATEMENT EXECUTE FUNCTION public.messages_changed();
+FOR EACH STATEMENT EXECUTE FUNCTION retention_plain.messages_changed();
 CREATE TRIGGER messages_deleted AFTER DELETE ON retention_plain.messages
 REFERENCING OLD TABLE AS old_messages
-FOR EACH STATEMENT EXECUTE FUNCTION public.messages_deleted();
+FOR EACH STATEMENT EXECUTE FUNCTION retention_plain.messages_deleted();
 
 -- name: partitioned_layout
 -- The same columns and checks, messages range-partitioned by born_at and
@@ -33,8 +49,22 @@ FOR EACH STATEMENT EXECUTE FUNCTION public.messages_deleted();
 -- on born_at is left out: the partition bounds do its job. Deliveries stay
 -- one plain table (it holds only unacked work).
 CREATE SCHEMA retention_partitioned;
+DO $$
+DECLARE
+    definition text;
+BEGIN
+    FOR definition IN
+        SELECT pg_get_functiondef(oid) FROM pg_proc
+        WHERE pronamespace = 'coordinator'::regnamespace
+          AND proname IN ('messages_changed', 'messages_deleted')
+    LOOP
+        definition := replace(definition, 'FUNCTION coordinator.', 'FUNCTION retention_partitioned.');
+        EXECUTE regexp_replace(definition, '\n SET search_path TO [^\n]*', '');
+    END LOOP;
+END
+$$;
 CREATE TABLE retention_partitioned.messages (
-    LIKE public.messages INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS
+    LIKE coordinator.messages INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS
 ) PARTITION BY RANGE (born_at);
 ALTER TABLE retention_partitioned.messages ADD PRIMARY KEY (id, born_at);
 CREATE UNIQUE INDEX ON retention_partitioned.messages (transaction_id, born_at);
@@ -46,21 +76,21 @@ CREATE INDEX ON retention_partitioned.messages (next_check_at) WHERE state = 'pr
 CREATE INDEX ON retention_partitioned.messages (topic, state);
 CREATE INDEX ON retention_partitioned.messages (resolved_at);
 CREATE TABLE retention_partitioned.message_history (
-    LIKE public.message_history INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS
+    LIKE coordinator.message_history INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS
 ) PARTITION BY RANGE (at);
 ALTER TABLE retention_partitioned.message_history ADD PRIMARY KEY (id, at);
 CREATE INDEX ON retention_partitioned.message_history (message_offset);
-CREATE TABLE retention_partitioned.deliveries (LIKE public.deliveries INCLUDING ALL);
+CREATE TABLE retention_partitioned.deliveries (LIKE coordinator.deliveries INCLUDING ALL);
 ALTER TABLE retention_partitioned.deliveries SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 CREATE TRIGGER messages_changed_inserted AFTER INSERT ON retention_partitioned.messages
 REFERENCING NEW TABLE AS new_messages
-FOR EACH STATEMENT EXECUTE FUNCTION public.messages_changed();
+FOR EACH STATEMENT EXECUTE FUNCTION retention_partitioned.messages_changed();
 CREATE TRIGGER messages_changed_updated AFTER UPDATE ON retention_partitioned.messages
 REFERENCING OLD TABLE AS old_messages NEW TABLE AS new_messages
-FOR EACH STATEMENT EXECUTE FUNCTION public.messages_changed();
+FOR EACH STATEMENT EXECUTE FUNCTION retention_partitioned.messages_changed();
 CREATE TRIGGER messages_deleted AFTER DELETE ON retention_partitioned.messages
 REFERENCING OLD TABLE AS old_messages
-FOR EACH STATEMENT EXECUTE FUNCTION public.messages_deleted();
+FOR EACH STATEMENT EXECUTE FUNCTION retention_partitioned.messages_deleted();
 -- One partition of each table per UTC day from first_day to last_day, named
 -- by the day, so that names sort by time. Storage parameters belong to the
 -- partitions (a partitioned table has no storage).

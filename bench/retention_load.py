@@ -67,7 +67,7 @@ class Load:
     async def start(self) -> None:
         connections = [
             await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, options=f"-c search_path={self.schema},public"
+                self.url, autocommit=True, options=f"-c search_path={self.schema},coordinator"
             )
             for _ in range(self.clients)
         ]

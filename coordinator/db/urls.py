@@ -11,7 +11,7 @@ move into the query, which its psycopg dialect hands to libpq unchanged.
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -39,7 +39,7 @@ def in_schema(url: str, schema: str) -> str:
     search_path keeps it.
     """
     parts = urlsplit(url)
-    params = parse_qsl(parts.query, keep_blank_values=True)
+    params = _query_params(parts.query)
     options = " ".join(value for name, value in params if name == "options")
     if "search_path" in options:
         return url
@@ -53,7 +53,7 @@ def in_schema(url: str, schema: str) -> str:
 def out_of_schema(url: str) -> str:
     """`url` without the search_path `in_schema` adds: sessions as the application's."""
     parts = urlsplit(url)
-    params = parse_qsl(parts.query, keep_blank_values=True)
+    params = _query_params(parts.query)
     options = " ".join(value for name, value in params if name == "options")
     kept = _SEARCH_PATH_OPTION.sub("", options).strip()
     params = [(name, value) for name, value in params if name != "options"]
@@ -64,6 +64,17 @@ def out_of_schema(url: str) -> str:
 
 
 _SEARCH_PATH_OPTION = re.compile(r"-c\s*search_path=\S+")
+
+
+def _query_params(query: str) -> list[tuple[str, str]]:
+    """A URL's query as libpq reads it: `+` is a plus sign, not a space as in HTML forms
+    (urllib's parse_qsl would turn a password's `+` into a space)."""
+    pairs = []
+    for part in query.split("&"):
+        if part:
+            name, _, value = part.partition("=")
+            pairs.append((unquote(name), unquote(value)))
+    return pairs
 
 
 def sqlalchemy_url(url: str) -> str:
