@@ -19,7 +19,7 @@ from coordinator.cli.common import (
     settings_from,
 )
 from coordinator.db import migrate
-from coordinator.db.urls import redact
+from coordinator.db.urls import out_of_schema, redact
 
 app = typer.Typer(
     help="Apply or inspect the schema migrations; the database's URL.", no_args_is_help=True
@@ -80,17 +80,19 @@ def current(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
         current = migrate.current_revisions(url, schema=settings_from(ctx).database_schema)
     heads = migrate.head_revisions()
     up_to_date = set(current) == set(heads)
+    # The database as given: the schema's search_path is the coordinator's own addition.
+    shown = redact(out_of_schema(url))
     if as_json:
         print_json(
             {
-                "database": redact(url),
+                "database": shown,
                 "current": list(current),
                 "latest": list(heads),
                 "up_to_date": up_to_date,
             }
         )
         return
-    console.print(f"database: {redact(url)}", highlight=False, soft_wrap=True)
+    console.print(f"database: {shown}", highlight=False, soft_wrap=True)
     console.print(f"current:  {', '.join(current) or 'base (empty)'}")
     console.print(f"latest:   {', '.join(heads)}")
     if not up_to_date:
