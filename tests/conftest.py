@@ -23,7 +23,6 @@ from urllib.parse import parse_qs, quote, urlparse
 
 import psycopg
 import pytest
-from psycopg import sql
 from pytest_postgresql import factories
 
 from coordinator import logs
@@ -35,6 +34,7 @@ from coordinator.node import Node, configured_doors, running_node
 
 # No process a test started may outlive the session (checked at its end).
 from tests.leftovers import pytest_sessionfinish, pytest_sessionstart  # noqa: F401
+from tests.search_path import TEST_SEARCH_PATH, give_test_search_path
 
 _embedded: dict[str, object] = {}
 
@@ -79,30 +79,15 @@ postgresql_proc = factories.postgresql_noproc(load=[_migrate_template])
 postgresql = factories.postgresql("postgresql_proc")
 
 
-# The tests' own sessions on a migrated database (a psycopg connection that
-# asserts what a table holds) find the coordinator's schema by plain names.
-# The coordinator's connections set their search_path themselves; the
-# `empty_database` fixture has no such default, and the tests on it
-# (test_own_schema.py) prove that the coordinator needs none.
-TEST_SEARCH_PATH = "coordinator, public"
-
-
 @pytest.fixture
 def database_url(postgresql: psycopg.Connection) -> str:
     """A freshly migrated database of this test's own."""
     info = postgresql.info
-    with psycopg.connect(
-        url_for(info.host, info.port, info.user, info.dbname, info.password or None),
-        autocommit=True,
-    ) as conn:
-        conn.execute(
-            sql.SQL("ALTER DATABASE {} SET search_path = " + TEST_SEARCH_PATH).format(
-                sql.Identifier(info.dbname)
-            )
-        )
+    url = url_for(info.host, info.port, info.user, info.dbname, info.password or None)
+    give_test_search_path(url)
     postgresql.execute("SET search_path = " + TEST_SEARCH_PATH)
     postgresql.commit()
-    return url_for(info.host, info.port, info.user, info.dbname, info.password or None)
+    return url
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from psycopg import sql
 
 from coordinator.db import migrate
 from tests.conftest import url_for
+from tests.search_path import give_test_search_path
 
 
 class OwnPostgres:
@@ -40,6 +41,7 @@ class OwnPostgres:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
         url = self.url(dbname)
         migrate.upgrade(url)
+        give_test_search_path(url)
         return url
 
     def stop(self, mode: str = "fast") -> None:

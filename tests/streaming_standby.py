@@ -32,6 +32,7 @@ from psycopg import sql
 from bench.server import free_port
 from coordinator.db import migrate
 from tests.processes import postgres_stopped_at_the_end
+from tests.search_path import give_test_search_path
 
 USER = "postgres"  # the servers' superuser (initdb -U)
 WAIT_SECONDS = 60.0
@@ -80,14 +81,9 @@ class StreamingStandby:
         primary URL."""
         with psycopg.connect(self.primary_url(), autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
-            # The tests' own sessions find the coordinator's schema (see conftest).
-            conn.execute(
-                sql.SQL("ALTER DATABASE {} SET search_path = coordinator, public").format(
-                    sql.Identifier(dbname)
-                )
-            )
         url = self.primary_url(dbname)
         migrate.upgrade(url)
+        give_test_search_path(url)
         self.wait_for_replay()
         return url
 

@@ -98,7 +98,11 @@ def _data_directory_follows_serve_and_psql_reaches_it(base: Path) -> None:
 
         # The URL `db url` prints works in any psql while the server runs.
         url = coordinator(elsewhere, "--data-dir", str(data), "db", "url").stdout.strip()
-        assert url == f"postgresql://postgres@/coordinator?host={data / 'pgdata'}"
+        # Sessions on it start in the coordinator's schema.
+        assert url == (
+            f"postgresql://postgres@/coordinator?host={data / 'pgdata'}"
+            "&options=-c%20search_path%3Dcoordinator"
+        )
         query = ["-At", "-c", "SELECT transaction_id FROM messages"]
         psql = subprocess.run(
             [str(bundled_program("psql")), url, *query], capture_output=True, text=True, timeout=60

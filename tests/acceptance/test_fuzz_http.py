@@ -46,6 +46,7 @@ from coordinator.domain.access import Grants
 from coordinator.http import create_app
 from tests.configs import configs
 from tests.conftest import LiveServer, url_for
+from tests.search_path import give_test_search_path
 
 pytestmark = [
     # schemathesis draws from `random` inside its strategies; Hypothesis seeds
@@ -112,13 +113,15 @@ def fuzz_database(postgresql_proc: NoopExecutor) -> Iterator[str]:
         password=postgresql_proc.password,
     )
     with janitor:
-        yield url_for(
+        url = url_for(
             postgresql_proc.host,
             postgresql_proc.port,
             postgresql_proc.user,
             name,
             postgresql_proc.password or None,
         )
+        give_test_search_path(url)
+        yield url
 
 
 @pytest.fixture(scope="module")
