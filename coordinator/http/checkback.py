@@ -25,7 +25,7 @@ from coordinator.http.checkback_schemas import (
 )
 from coordinator.http.fields import GroupName, InstanceId
 from coordinator.http.openapi import DocumentedRoute, described, example
-from coordinator.http.routes import coordinator
+from coordinator.http.route_table import coordinator
 from coordinator.http.security import json_body, long_poll, principal
 from coordinator.views.producers import (
     CheckSourceOut,

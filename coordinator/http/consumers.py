@@ -37,7 +37,7 @@ from coordinator.http.consumer_schemas import (
 )
 from coordinator.http.fields import GroupName, PageLimit, Topic
 from coordinator.http.openapi import DocumentedRoute, described, example
-from coordinator.http.routes import coordinator
+from coordinator.http.route_table import coordinator
 from coordinator.http.security import json_body, long_poll, principal
 from coordinator.views.consumers import (
     ConsumerLagOut,

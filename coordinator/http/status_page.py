@@ -20,7 +20,7 @@ from coordinator.core import Coordinator
 from coordinator.domain.access import Principal
 from coordinator.domain.overview import DEFAULT_MINUTES, MAX_MINUTES
 from coordinator.http.openapi import DocumentedRoute
-from coordinator.http.routes import coordinator
+from coordinator.http.route_table import coordinator
 from coordinator.http.security import principal
 from coordinator.views.overview import OverviewOut
 
