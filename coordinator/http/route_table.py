@@ -18,6 +18,11 @@ what the answer model reads its fields from (a core result's attributes, or
 a dict of them); `Route.respond` validates that as the answer model and
 serialises it with pydantic's compiled serialiser, on both paths alike, so
 an answer cannot say more or less than its model.
+
+Every JSON route of the API is declared here. What answers no JSON model
+stays a plain FastAPI route: /metrics (Prometheus text, authenticated by
+its own rule: metrics_open lets a scraper in without a token), the status
+page and /docs (HTML, no token), and their static files.
 """
 
 from __future__ import annotations
@@ -76,7 +81,15 @@ class Route:
     _validators: tuple[tuple[str, SchemaValidator], ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
-        if self.hot and (self.public or self.takes_request or self.query_parameters):
+        # The hot path reads a body, path parameters and the principal, and
+        # solves no FastAPI dependency.
+        if self.hot and (
+            self.body is None
+            or self.public
+            or self.takes_request
+            or self.query_parameters
+            or self.openapi.get("dependencies")
+        ):
             raise TypeError(f"{self.path}: the hot path serves authenticated bodies only")
         _, _, convertors = compile_path(self.path)
         if any(not isinstance(convertor, StringConvertor) for convertor in convertors.values()):
