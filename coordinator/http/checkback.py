@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 from coordinator.core import Coordinator
 from coordinator.domain.access import Principal
 from coordinator.domain.long_polls import LONGEST_POLL_SECONDS
 from coordinator.domain.rules import MAX_POLL_REQUESTS
+from coordinator.http import routes
 from coordinator.http.checkback_schemas import (
     CheckRequestOut,
     CheckSourceIn,
@@ -25,8 +26,7 @@ from coordinator.http.checkback_schemas import (
 )
 from coordinator.http.fields import GroupName, InstanceId
 from coordinator.http.openapi import DocumentedRoute, described, example
-from coordinator.http.routes import coordinator
-from coordinator.http.security import json_body, long_poll, principal
+from coordinator.http.security import json_body, long_poll
 from coordinator.views.producers import (
     CheckSourceOut,
     CheckSourcesOut,
@@ -34,7 +34,8 @@ from coordinator.views.producers import (
     ProducersOut,
 )
 
-router = APIRouter(route_class=DocumentedRoute)
+router = APIRouter(tags=["producers"], route_class=DocumentedRoute)
+table = routes.table.section(router)
 
 INSTANCE = "/v1/producers/{producer_group}/instances/{instance_id}"
 # Names are checked by the core (domain.rules), which answers 400 with a sentence;
@@ -49,21 +50,25 @@ InstancePath = Annotated[
         openapi_examples=example("10.0.0.7@4242"),
     ),
 ]
+OF_INSTANCE = {"producer_group": ProducerGroupPath, "instance_id": InstancePath}
+OF_GROUP = {"producer_group": ProducerGroupPath}
 
 
-@router.post(
+@table.route(
+    "POST",
     INSTANCE + "/heartbeat",
-    response_model=ProducerOut,
+    body=HeartbeatIn | None,
+    answer=ProducerOut,
+    path_parameters=OF_INSTANCE,
     dependencies=[Depends(json_body)],
-    tags=["producers"],
     summary="Register a producer instance, or tell the coordinator it is alive",
 )
 async def heartbeat(
-    producer_group: ProducerGroupPath,
-    instance_id: InstancePath,
-    body: HeartbeatIn | None = None,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator,
+    caller: Principal,
+    body: HeartbeatIn | None,
+    producer_group: str,
+    instance_id: str,
 ) -> ProducerOut:
     caller.require_producer_group(producer_group)
     producer = await core.checkback.producers.heartbeat(
@@ -72,28 +77,29 @@ async def heartbeat(
     return ProducerOut.of(producer, ttl_seconds=core.configs.checkback.producer_ttl_seconds)
 
 
-@router.delete(
+@table.route(
+    "DELETE",
     INSTANCE,
+    answer=None,
+    path_parameters=OF_INSTANCE,
     status_code=204,
-    tags=["producers"],
     summary="Remove a producer instance (clean shutdown); idempotent",
 )
 async def leave(
-    producer_group: ProducerGroupPath,
-    instance_id: InstancePath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> Response:
+    core: Coordinator, caller: Principal, producer_group: str, instance_id: str
+) -> None:
     caller.require_producer_group(producer_group)
     await core.checkback.producers.leave(producer_group, instance_id)
-    return Response(status_code=204)
 
 
-@router.get("/v1/producers", response_model=ProducersOut, tags=["producers"])
+@table.route(
+    "GET",
+    "/v1/producers",
+    answer=ProducersOut,
+    query_parameters={"producer_group": (Annotated[GroupName | None, Query()], None)},
+)
 async def list_producers(
-    producer_group: Annotated[GroupName | None, Query()] = None,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, producer_group: str | None
 ) -> ProducersOut:
     if producer_group is None:
         caller.require_admin("list the producers of every group (give ?producer_group=)")
@@ -108,10 +114,16 @@ async def list_producers(
     )
 
 
-@router.get(
+@table.route(
+    "GET",
     INSTANCE + "/checks",
-    response_model=ChecksOut,
-    tags=["producers"],
+    answer=ChecksOut,
+    takes_request=True,
+    path_parameters=OF_INSTANCE,
+    query_parameters={
+        "wait_seconds": (float, Query(default=20.0, ge=0, le=LONGEST_POLL_SECONDS)),
+        "max_requests": (int, Query(default=32, ge=1, le=MAX_POLL_REQUESTS)),
+    },
     summary="Long poll: this instance's check requests",
     description=(
         "Returns at once when check requests are pending for this instance, else waits up "
@@ -121,13 +133,13 @@ async def list_producers(
     ),
 )
 async def poll_checks(
+    core: Coordinator,
+    caller: Principal,
     request: Request,
-    producer_group: ProducerGroupPath,
-    instance_id: InstancePath,
-    wait_seconds: float = Query(default=20.0, ge=0, le=LONGEST_POLL_SECONDS),
-    max_requests: int = Query(default=32, ge=1, le=MAX_POLL_REQUESTS),
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    producer_group: str,
+    instance_id: str,
+    wait_seconds: float,
+    max_requests: int,
 ) -> ChecksOut:
     caller.require_producer_group(producer_group)
     with long_poll(request, caller, wait_seconds):
@@ -140,11 +152,13 @@ async def poll_checks(
 CHECK_SOURCE = "/v1/producer-groups/{producer_group}/check-source"
 
 
-@router.put(
+@table.route(
+    "PUT",
     CHECK_SOURCE,
-    response_model=CheckSourceOut,
+    body=CheckSourceIn,
+    answer=CheckSourceOut,
+    path_parameters=OF_GROUP,
     dependencies=[Depends(json_body)],
-    tags=["producers"],
     summary="Let the group's own database answer its check-backs (barrier table)",
     description=(
         "Registers, or replaces, the producer group's check source: the coordinator answers "
@@ -154,10 +168,7 @@ CHECK_SOURCE = "/v1/producer-groups/{producer_group}/check-source"
     ),
 )
 async def put_check_source(
-    producer_group: ProducerGroupPath,
-    body: CheckSourceIn,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, body: CheckSourceIn, producer_group: str
 ) -> CheckSourceOut:
     caller.require_producer_group(producer_group)
     source = await core.check_sources.set(
@@ -166,43 +177,36 @@ async def put_check_source(
     return CheckSourceOut.of(source)
 
 
-@router.get(
+@table.route(
+    "GET",
     CHECK_SOURCE,
-    response_model=CheckSourceOut,
+    answer=CheckSourceOut,
+    path_parameters=OF_GROUP,
     responses=described({404: "`not_found`: the producer group has no check source"}),
-    tags=["producers"],
     summary="The group's check source (password masked) and how its last check went",
 )
 async def get_check_source(
-    producer_group: ProducerGroupPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, producer_group: str
 ) -> CheckSourceOut:
     caller.require_producer_group(producer_group)
     return CheckSourceOut.of(await core.check_sources.get(producer_group))
 
 
-@router.delete(
+@table.route(
+    "DELETE",
     CHECK_SOURCE,
+    answer=None,
+    path_parameters=OF_GROUP,
     status_code=204,
-    tags=["producers"],
     summary="Remove the group's check source (live instances answer again); idempotent",
 )
-async def delete_check_source(
-    producer_group: ProducerGroupPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> Response:
+async def delete_check_source(core: Coordinator, caller: Principal, producer_group: str) -> None:
     caller.require_producer_group(producer_group)
     await core.check_sources.remove(producer_group)
-    return Response(status_code=204)
 
 
-@router.get("/v1/check-sources", response_model=CheckSourcesOut, tags=["producers"])
-async def list_check_sources(
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> CheckSourcesOut:
+@table.route("GET", "/v1/check-sources", answer=CheckSourcesOut)
+async def list_check_sources(core: Coordinator, caller: Principal) -> CheckSourcesOut:
     """Every producer group's check source (admin), passwords masked."""
     caller.require_admin("list every group's check source")
     found = await core.check_sources.list()

@@ -15,11 +15,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import JSONResponse
 
 from coordinator.core import Coordinator
 from coordinator.domain.access import Principal
 from coordinator.domain.rules import DEAD_LETTERS_PAGE_LIMIT, OFFSET_MAX
+from coordinator.http import routes
 from coordinator.http.consumer_schemas import (
     AckBatchIn,
     AckBatchOut,
@@ -37,8 +37,8 @@ from coordinator.http.consumer_schemas import (
 )
 from coordinator.http.fields import GroupName, PageLimit, Topic
 from coordinator.http.openapi import DocumentedRoute, described, example
-from coordinator.http.routes import coordinator
-from coordinator.http.security import json_body, long_poll, principal
+from coordinator.http.route_table import created_or_found
+from coordinator.http.security import json_body, long_poll
 from coordinator.views.consumers import (
     ConsumerLagOut,
     ConsumerLagsOut,
@@ -53,6 +53,7 @@ GROUP = "/v1/consumer-groups/{consumer_group}"
 router = APIRouter(
     tags=["consumers"], dependencies=[Depends(json_body)], route_class=DocumentedRoute
 )
+table = routes.table.section(router)
 
 # Names are checked by the core (domain.rules), which answers 400 with a sentence;
 # their types only document the rules (fields.py).
@@ -60,6 +61,8 @@ ConsumerGroupPath = Annotated[
     GroupName, Path(description="The consumer group.", openapi_examples=example("billing"))
 ]
 TopicPath = Annotated[Topic, Path(openapi_examples=example("orders"))]
+IN_GROUP = {"consumer_group": ConsumerGroupPath}
+ON_TOPIC = {"consumer_group": ConsumerGroupPath, "topic": TopicPath}
 NO_SUBSCRIPTION = {404: "`not_found`: the group does not subscribe to the topic"}
 NO_DELIVERY = {
     404: "`not_found`: the group has no unacked message with this receipt handle",
@@ -83,10 +86,14 @@ def _with_handle(operation: str) -> dict[str, object]:
     }
 
 
-@router.put(
+@table.route(
+    "PUT",
     GROUP + "/subscriptions/{topic}",
-    response_model=SubscribeOut,
+    body=SubscriptionIn,
+    answer=SubscribeOut,
+    path_parameters=ON_TOPIC,
     status_code=201,
+    status_of=created_or_found,
     responses={
         200: {"model": SubscribeOut, "description": "Existing subscription changed"},
         **described(
@@ -99,12 +106,8 @@ def _with_handle(operation: str) -> dict[str, object]:
     summary="Subscribe a consumer group to a topic (or change its subscription)",
 )
 async def subscribe(
-    body: SubscriptionIn,
-    consumer_group: ConsumerGroupPath,
-    topic: TopicPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> JSONResponse:
+    core: Coordinator, caller: Principal, body: SubscriptionIn, consumer_group: str, topic: str
+) -> SubscribeOut:
     caller.require_consume(consumer_group, topic)
     result = await core.delivery.subscribe(
         consumer_group,
@@ -114,44 +117,48 @@ async def subscribe(
         fifo=body.fifo,
         max_delivery_attempts=body.max_delivery_attempts,
     )
-    out = SubscribeOut(
+    return SubscribeOut(
         **SubscriptionOut.of(result.subscription).model_dump(), created=result.created
     )
-    return JSONResponse(out.model_dump(mode="json"), status_code=201 if result.created else 200)
 
 
-@router.get(
-    GROUP + "/subscriptions", response_model=SubscriptionsOut, summary="A group's subscriptions"
+@table.route(
+    "GET",
+    GROUP + "/subscriptions",
+    answer=SubscriptionsOut,
+    path_parameters=IN_GROUP,
+    summary="A group's subscriptions",
 )
 async def subscriptions(
-    consumer_group: ConsumerGroupPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, consumer_group: str
 ) -> SubscriptionsOut:
     caller.require_consumer_group(consumer_group)
     found = await core.delivery.subscriptions(consumer_group)
     return SubscriptionsOut(subscriptions=[SubscriptionOut.of(s) for s in found])
 
 
-@router.delete(
+@table.route(
+    "DELETE",
     GROUP + "/subscriptions/{topic}",
-    response_model=SubscriptionOut,
+    answer=SubscriptionOut,
+    path_parameters=ON_TOPIC,
     responses=described(NO_SUBSCRIPTION),
     summary="Unsubscribe: the group's unacked messages of the topic are dropped",
 )
 async def unsubscribe(
-    consumer_group: ConsumerGroupPath,
-    topic: TopicPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, consumer_group: str, topic: str
 ) -> SubscriptionOut:
     caller.require_consumer_group(consumer_group)
     return SubscriptionOut.of(await core.delivery.unsubscribe(consumer_group, topic))
 
 
-@router.post(
+@table.route(
+    "POST",
     GROUP + "/receive",
-    response_model=ReceiveOut,
+    body=ReceiveIn,
+    answer=ReceiveOut,
+    takes_request=True,
+    path_parameters=IN_GROUP,
     responses={
         200: {
             "links": {
@@ -166,11 +173,11 @@ async def unsubscribe(
     summary="Receive up to max_messages, long polling up to wait_seconds",
 )
 async def receive(
+    core: Coordinator,
+    caller: Principal,
     request: Request,
     body: ReceiveIn,
-    consumer_group: ConsumerGroupPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    consumer_group: str,
 ) -> ReceiveOut:
     if body.topic is not None:
         caller.require_consume(consumer_group, body.topic)
@@ -187,50 +194,48 @@ async def receive(
     return ReceiveOut(messages=[ReceivedMessageOut.of(m) for m in messages])
 
 
-@router.post(
+@table.route(
+    "POST",
     GROUP + "/ack",
-    response_model=AckOut,
+    body=AckIn,
+    answer=AckOut,
+    path_parameters=IN_GROUP,
     responses=described(NO_DELIVERY),
     summary="Ack one message by its receipt handle (404 unknown, 409 stale)",
 )
-async def ack(
-    body: AckIn,
-    consumer_group: ConsumerGroupPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> AckOut:
+async def ack(core: Coordinator, caller: Principal, body: AckIn, consumer_group: str) -> AckOut:
     caller.require_consumer_group(consumer_group)
     await core.delivery.ack(consumer_group, body.receipt_handle)
     return AckOut(receipt_handle=body.receipt_handle, outcome="acked")
 
 
-@router.post(
+@table.route(
+    "POST",
     GROUP + "/ack/batch",
-    response_model=AckBatchOut,
+    body=AckBatchIn,
+    answer=AckBatchOut,
+    path_parameters=IN_GROUP,
     summary="Ack many messages; each handle gets its outcome (acked, stale, not_found)",
 )
 async def ack_batch(
-    body: AckBatchIn,
-    consumer_group: ConsumerGroupPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, body: AckBatchIn, consumer_group: str
 ) -> AckBatchOut:
     caller.require_consumer_group(consumer_group)
     results = await core.delivery.ack_batch(consumer_group, body.receipt_handles)
     return AckBatchOut(results=[AckOut.of(r) for r in results])
 
 
-@router.post(
+@table.route(
+    "POST",
     GROUP + "/change-invisible-duration",
-    response_model=ChangeInvisibleDurationOut,
+    body=ChangeInvisibleDurationIn,
+    answer=ChangeInvisibleDurationOut,
+    path_parameters=IN_GROUP,
     responses=described(NO_DELIVERY),
     summary="Keep a message invisible longer (or shorter); returns a new receipt handle",
 )
 async def change_invisible_duration(
-    body: ChangeInvisibleDurationIn,
-    consumer_group: ConsumerGroupPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, body: ChangeInvisibleDurationIn, consumer_group: str
 ) -> ChangeInvisibleDurationOut:
     caller.require_consumer_group(consumer_group)
     change = await core.delivery.change_invisible_duration(
@@ -239,33 +244,40 @@ async def change_invisible_duration(
     return ChangeInvisibleDurationOut.of(change)
 
 
-@router.get(
-    GROUP + "/dead-letters", response_model=DeadLettersOut, summary="A group's dead letters"
+@table.route(
+    "GET",
+    GROUP + "/dead-letters",
+    answer=DeadLettersOut,
+    path_parameters=IN_GROUP,
+    query_parameters={
+        "topic": (Annotated[Topic | None, Query()], None),
+        "limit": (
+            Annotated[
+                PageLimit, Query(description=f"1 to {DEAD_LETTERS_PAGE_LIMIT}, oldest first.")
+            ],
+            100,
+        ),
+    },
+    summary="A group's dead letters",
 )
 async def dead_letters(
-    consumer_group: ConsumerGroupPath,
-    topic: Annotated[Topic | None, Query()] = None,
-    limit: Annotated[
-        PageLimit, Query(description=f"1 to {DEAD_LETTERS_PAGE_LIMIT}, oldest first.")
-    ] = 100,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, consumer_group: str, topic: str | None, limit: int
 ) -> DeadLettersOut:
     caller.require_consumer_group(consumer_group)
     letters = await core.delivery.dead_letters(consumer_group, topic=topic, limit=limit)
     return DeadLettersOut(dead_letters=[DeadLetterOut.of(d) for d in letters])
 
 
-@router.post(
+@table.route(
+    "POST",
     GROUP + "/dead-letters/requeue",
-    response_model=RequeueOut,
+    body=RequeueAllIn | None,
+    answer=RequeueOut,
+    path_parameters=IN_GROUP,
     summary="Deliver all of a group's dead letters (of one topic) again",
 )
 async def requeue_all(
-    consumer_group: ConsumerGroupPath,
-    body: RequeueAllIn | None = None,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, body: RequeueAllIn | None, consumer_group: str
 ) -> RequeueOut:
     caller.require_admin("requeue dead letters")
     topic = body.topic if body is not None else None
@@ -274,29 +286,30 @@ async def requeue_all(
     )
 
 
-@router.post(
+@table.route(
+    "POST",
     GROUP + "/dead-letters/{dead_letter_id}/requeue",
-    response_model=RequeueOut,
+    answer=RequeueOut,
+    path_parameters={**IN_GROUP, "dead_letter_id": Annotated[int, Path(ge=1, le=OFFSET_MAX)]},
     responses=described(NO_DEAD_LETTER),
     summary="Deliver one dead letter again, with a fresh attempt count",
 )
 async def requeue_one(
-    consumer_group: ConsumerGroupPath,
-    dead_letter_id: int = Path(ge=1, le=OFFSET_MAX),
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, consumer_group: str, dead_letter_id: int
 ) -> RequeueOut:
     caller.require_admin("requeue dead letters")
     await core.delivery.requeue_dead_letter(dead_letter_id, consumer_group)
     return RequeueOut(requeued=1)
 
 
-@router.get(GROUP + "/lag", response_model=ConsumerLagsOut, summary="A group's lag per topic")
-async def lag(
-    consumer_group: ConsumerGroupPath,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> ConsumerLagsOut:
+@table.route(
+    "GET",
+    GROUP + "/lag",
+    answer=ConsumerLagsOut,
+    path_parameters=IN_GROUP,
+    summary="A group's lag per topic",
+)
+async def lag(core: Coordinator, caller: Principal, consumer_group: str) -> ConsumerLagsOut:
     caller.require_consumer_group(consumer_group)
     return ConsumerLagsOut(
         lag=[ConsumerLagOut.of(x) for x in await core.delivery.lag(consumer_group)]

@@ -297,7 +297,9 @@ class HotRoutes:
         except ValidationError as error:
             return validation_error_response(error.errors(include_url=False))
         try:
-            result = await route.handler(self.state.coordinator, caller, parsed, **path_arguments)
+            result = await route.handler(
+                core=self.state.coordinator, caller=caller, body=parsed, **path_arguments
+            )
         except CoordinatorError as error:
             return core_error_response(error)
         return route.respond(result)

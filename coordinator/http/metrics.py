@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from coordinator.core import Coordinator
 from coordinator.core.auth import Authenticator
 from coordinator.http.openapi import DocumentedRoute, errors
-from coordinator.http.routes import coordinator
+from coordinator.http.route_table import coordinator
 
 router = APIRouter(route_class=DocumentedRoute)
 

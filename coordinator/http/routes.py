@@ -1,7 +1,8 @@
 """Routes: translate HTTP to core calls and back. No SQL here.
 
-The routes with a body are declared in `table` (route_table.py): once each,
-for FastAPI and, the sending and ending ones (`hot=True`), for
+Every JSON route of the API is declared in `table` (route_table.py), here
+and through its sections (consumers.py, checkback.py, status_page.py): once
+each, for FastAPI and, the sending and ending ones (`hot=True`), for
 hot_routes.HotRoutes, which calls the same handlers without FastAPI's
 dispatch.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Path, Query
 
 from coordinator.core import Coordinator
 from coordinator.core.transactions import recall_topic
@@ -23,7 +24,7 @@ from coordinator.domain.messages import EndRequest, EndResult, RecallResult, Sen
 from coordinator.domain.rules import ID_MAX_LENGTH, OFFSET_MAX
 from coordinator.http.fields import GroupName, MessageId, Topic
 from coordinator.http.openapi import DocumentedRoute, described, example
-from coordinator.http.route_table import RouteTable, coordinator, created_or_found
+from coordinator.http.route_table import RouteTable, created_or_found
 from coordinator.http.schemas import (
     BatchIn,
     BatchOut,
@@ -41,7 +42,6 @@ from coordinator.http.schemas import (
     StateCountOut,
     StatusOut,
 )
-from coordinator.http.security import principal
 from coordinator.views.consumers import ConsumerLagOut
 from coordinator.views.messages import MessageOut
 
@@ -61,11 +61,21 @@ router = APIRouter(route_class=DocumentedRoute)
 table = RouteTable(router)
 
 TRANSACTION_ID = Annotated[MessageId, Path(max_length=ID_MAX_LENGTH)]
+MESSAGE_ID = Annotated[
+    MessageId, Path(max_length=ID_MAX_LENGTH, openapi_examples=example("order-1001"))
+]
 
 
-@router.get(
+def _health_status(answer: HealthOut) -> int:
+    return 200 if answer.status == "ok" else 503
+
+
+@table.route(
+    "GET",
     "/health",
-    response_model=HealthOut,
+    answer=HealthOut,
+    public=True,
+    status_of=_health_status,
     responses={
         503: {
             # HealthOut when the ping fails; the shared error body
@@ -76,10 +86,9 @@ TRANSACTION_ID = Annotated[MessageId, Path(max_length=ID_MAX_LENGTH)]
     },
     tags=["service"],
 )
-async def health(response: Response, core: Coordinator = Depends(coordinator)) -> HealthOut:
+async def health(core: Coordinator) -> HealthOut:
     if await core.inspection.database_ok():
         return HealthOut(status="ok", database="ok")
-    response.status_code = 503
     return HealthOut(status="unavailable", database="unreachable")
 
 
@@ -189,16 +198,16 @@ async def end_batch(
     }
 
 
-@router.get(
+@table.route(
+    "GET",
     "/v1/transactions/{transaction_id}",
-    response_model=MessageOut,
+    answer=MessageOut,
+    path_parameters={"transaction_id": TRANSACTION_ID},
     responses=described(NO_MESSAGE),
     tags=["lookup"],
 )
 async def get_by_transaction(
-    transaction_id: TRANSACTION_ID,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator, caller: Principal, transaction_id: str
 ) -> MessageOut:
     record = await core.inspection.get_message(transaction_id=transaction_id, reader=caller)
     return MessageOut.of(record)
@@ -262,9 +271,15 @@ async def recall(core: Coordinator, caller: Principal, body: RecallIn) -> Recall
     return await core.transactions.recall(body.recall_handle, topic=body.topic)
 
 
-@router.get(
+@table.route(
+    "GET",
     "/v1/messages/{message_id}",
-    response_model=MessageOut,
+    answer=MessageOut,
+    path_parameters={"message_id": MESSAGE_ID},
+    query_parameters={
+        "producer_group": (Annotated[GroupName | None, Query()], None),
+        "topic": (Annotated[Topic | None, Query()], None),
+    },
     responses=described(
         {
             **NO_MESSAGE,
@@ -278,13 +293,11 @@ async def recall(core: Coordinator, caller: Principal, body: RecallIn) -> Recall
     "several messages with the id.",
 )
 async def get_by_message_id(
-    message_id: Annotated[
-        MessageId, Path(max_length=ID_MAX_LENGTH, openapi_examples=example("order-1001"))
-    ],
-    producer_group: Annotated[GroupName | None, Query()] = None,
-    topic: Annotated[Topic | None, Query()] = None,
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
+    core: Coordinator,
+    caller: Principal,
+    message_id: str,
+    producer_group: str | None,
+    topic: str | None,
 ) -> MessageOut:
     record = await core.inspection.get_message(
         message_id=message_id, producer_group=producer_group, topic=topic, reader=caller
@@ -292,17 +305,15 @@ async def get_by_message_id(
     return MessageOut.of(record)
 
 
-@router.get(
+@table.route(
+    "GET",
     "/v1/offsets/{offset}",
-    response_model=MessageOut,
+    answer=MessageOut,
+    path_parameters={"offset": Annotated[int, Path(ge=1, le=OFFSET_MAX)]},
     responses=described(NO_MESSAGE),
     tags=["lookup"],
 )
-async def get_by_offset(
-    offset: int = Path(ge=1, le=OFFSET_MAX),
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> MessageOut:
+async def get_by_offset(core: Coordinator, caller: Principal, offset: int) -> MessageOut:
     # For its own producer group's tokens and admins only (its body is the
     # producer's data); any other token is told it does not exist.
     return MessageOut.of(await core.inspection.get_message(offset=offset, reader=caller))
@@ -313,10 +324,8 @@ def _require_produce_all(caller: Principal, body: BatchIn) -> None:
         caller.require_produce(topic, group)
 
 
-@router.get("/v1/status", response_model=StatusOut, tags=["service"])
-async def status(
-    core: Coordinator = Depends(coordinator), caller: Principal = Depends(principal)
-) -> StatusOut:
+@table.route("GET", "/v1/status", answer=StatusOut, tags=["service"])
+async def status(core: Coordinator, caller: Principal) -> StatusOut:
     caller.require_admin("read the status")
     current = await core.inspection.status()
     oldest = current.oldest_pending

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi import APIRouter, FastAPI, Query
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from coordinator.core import Coordinator
 from coordinator.domain.access import Principal
 from coordinator.domain.overview import DEFAULT_MINUTES, MAX_MINUTES
+from coordinator.http import routes
 from coordinator.http.openapi import DocumentedRoute
-from coordinator.http.routes import coordinator
-from coordinator.http.security import principal
 from coordinator.views.overview import OverviewOut
 
 STATIC = "/static"
@@ -31,11 +30,26 @@ POLICY = (
 )
 
 router = APIRouter(route_class=DocumentedRoute)
+# /v1/overview is the API's (JSON); the page itself is HTML, served as FastAPI's.
+table = routes.table.section(router)
 
 
-@router.get(
+@table.route(
+    "GET",
     "/v1/overview",
-    response_model=OverviewOut,
+    answer=OverviewOut,
+    query_parameters={
+        "minutes": (
+            int,
+            Query(
+                default=DEFAULT_MINUTES,
+                ge=1,
+                le=MAX_MINUTES,
+                description="Resolutions per minute over this many minutes, "
+                "the current one included.",
+            ),
+        )
+    },
     tags=["service"],
     summary="What the status page shows: pending half messages, resolutions per minute, "
     "check-backs, producers, consumer groups",
@@ -44,16 +58,7 @@ router = APIRouter(route_class=DocumentedRoute)
         "history or deliveries). Needs the metrics or admin permission once tokens exist."
     ),
 )
-async def overview(
-    minutes: int = Query(
-        default=DEFAULT_MINUTES,
-        ge=1,
-        le=MAX_MINUTES,
-        description="Resolutions per minute over this many minutes, the current one included.",
-    ),
-    core: Coordinator = Depends(coordinator),
-    caller: Principal = Depends(principal),
-) -> OverviewOut:
+async def overview(core: Coordinator, caller: Principal, minutes: int) -> OverviewOut:
     caller.require_metrics()
     return OverviewOut.of(await core.overview.read(minutes))
 

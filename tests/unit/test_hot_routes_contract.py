@@ -14,6 +14,7 @@ import asyncio
 import json
 import re
 import types
+import typing
 from typing import Annotated, Any
 
 import httpx
@@ -79,13 +80,24 @@ def test_each_declared_route_is_registered_as_declared(served: HotRoutes) -> Non
         assert route.name == declared.name
         assert route.response_model is declared.answer
         assert route.status_code == declared.status_code
-        assert route.body_field.field_info.annotation is declared.body
         operation = document[declared.path][declared.method.lower()]
-        body_schema = operation["requestBody"]["content"]["application/json"]["schema"]
-        assert body_schema == {"$ref": f"#/components/schemas/{declared.body.__name__}"}
-        assert operation["requestBody"]["required"] is True
-        parameters = [p["name"] for p in operation.get("parameters", []) if p["in"] == "path"]
-        assert parameters == [name for name, _ in declared.path_parameters]
+        if declared.body is None:
+            assert route.body_field is None
+            assert "requestBody" not in operation
+        else:
+            assert route.body_field.field_info.annotation == declared.body
+            optional = type(None) in typing.get_args(declared.body)
+            assert operation["requestBody"].get("required", False) is not optional
+            if not optional:
+                body_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+                assert body_schema == {"$ref": f"#/components/schemas/{declared.body.__name__}"}
+        parameters = operation.get("parameters", [])
+        assert [p["name"] for p in parameters if p["in"] == "path"] == [
+            name for name, _ in declared.path_parameters
+        ]
+        assert [p["name"] for p in parameters if p["in"] == "query"] == [
+            name for name, _, _ in declared.query_parameters
+        ]
 
 
 def _answers_itself(served: HotRoutes, method: str, path: str) -> bool:
