@@ -124,6 +124,7 @@ async def run_layouts(url: str, args: argparse.Namespace) -> dict[str, dict[str,
     results: dict[str, dict[str, Any]] = {}
     with psycopg.connect(url, autocommit=True) as conn:
         for layout in args.layouts:
+            conn.execute(_format("layout_schema", layout=sql.Identifier(LAYOUTS[layout])))
             conn.execute(SQL[f"{layout}_layout"])
             if layout == "partitioned":
                 last_day = plan.today + timedelta(days=3)

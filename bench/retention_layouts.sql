@@ -4,13 +4,13 @@
 -- layout's schema before the coordinator's (`coordinator`, where the
 -- subscriptions the triggers read live). The coordinator's trigger
 -- functions carry their schema as their own search_path, so each layout
--- gets copies without it (copy_trigger_functions): its triggers then write
--- the layout's own history and deliveries.
+-- gets copies without it (layout_schema): its triggers then write the
+-- layout's own history and deliveries.
 
--- name: plain_layout
--- Today's tables: copies of the migrated ones with their indexes,
--- constraints, storage parameters and triggers.
-CREATE SCHEMA retention_plain;
+-- name: layout_schema
+-- A layout's schema, with copies of the coordinator's trigger functions
+-- that resolve tables through the caller's search_path (the layout first).
+CREATE SCHEMA {layout};
 DO $$
 DECLARE
     definition text;
@@ -20,11 +20,15 @@ BEGIN
         WHERE pronamespace = 'coordinator'::regnamespace
           AND proname IN ('messages_changed', 'messages_deleted')
     LOOP
-        definition := replace(definition, 'FUNCTION coordinator.', 'FUNCTION retention_plain.');
+        definition := replace(definition, 'FUNCTION coordinator.', 'FUNCTION {layout}.');
         EXECUTE regexp_replace(definition, '\n SET search_path TO [^\n]*', '');
     END LOOP;
 END
 $$;
+
+-- name: plain_layout
+-- Today's tables: copies of the migrated ones with their indexes,
+-- constraints, storage parameters and triggers.
 CREATE TABLE retention_plain.messages (LIKE coordinator.messages INCLUDING ALL);
 ALTER TABLE retention_plain.messages SET (fillfactor = 85, autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05);
 CREATE TABLE retention_plain.message_history (LIKE coordinator.message_history INCLUDING ALL);
@@ -48,21 +52,6 @@ FOR EACH STATEMENT EXECUTE FUNCTION retention_plain.messages_deleted();
 -- or a retried message id is no longer checked across days. The BRIN index
 -- on born_at is left out: the partition bounds do its job. Deliveries stay
 -- one plain table (it holds only unacked work).
-CREATE SCHEMA retention_partitioned;
-DO $$
-DECLARE
-    definition text;
-BEGIN
-    FOR definition IN
-        SELECT pg_get_functiondef(oid) FROM pg_proc
-        WHERE pronamespace = 'coordinator'::regnamespace
-          AND proname IN ('messages_changed', 'messages_deleted')
-    LOOP
-        definition := replace(definition, 'FUNCTION coordinator.', 'FUNCTION retention_partitioned.');
-        EXECUTE regexp_replace(definition, '\n SET search_path TO [^\n]*', '');
-    END LOOP;
-END
-$$;
 CREATE TABLE retention_partitioned.messages (
     LIKE coordinator.messages INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS
 ) PARTITION BY RANGE (born_at);

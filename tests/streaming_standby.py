@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -202,6 +203,17 @@ def streaming_standby(prefix: str = "coordinator-test-standby-") -> Iterator[Str
                 pair._stop(primary)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def database_on_both(pair: StreamingStandby, prefix: str) -> Iterator[tuple[str, str]]:
+    """A migrated database of a test's own: its primary URL and its standby URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    primary = pair.migrated_database(name)
+    try:
+        yield primary, pair.standby_url(name)
+    finally:
+        pair.resume_replay()  # whatever the test left paused
 
 
 def _wait_for_streaming(pair: StreamingStandby) -> None:

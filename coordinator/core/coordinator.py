@@ -19,7 +19,7 @@ from coordinator.core.retention import Retention
 from coordinator.core.tokens import Tokens
 from coordinator.core.transactions import Transactions
 from coordinator.db.notifier import CHANNELS, Notifier
-from coordinator.db.pool import CoordinatorPool, open_pool
+from coordinator.db.pool import CoordinatorPool
 from coordinator.db.urls import in_schema, libpq_url
 from coordinator.metrics import Meter
 
@@ -86,7 +86,7 @@ class Coordinator:
         settings = settings or Settings()
         # Whatever URL it is given: every connection finds the coordinator's schema.
         database_url = in_schema(database_url, settings.database_schema)
-        pool = open_pool(
+        pool = CoordinatorPool(
             database_url,
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
@@ -133,7 +133,7 @@ def _read_pool(settings: Settings) -> CoordinatorPool | None:
     """A pool on read_database_url, bounded like the main one; None when it is unset."""
     if not settings.read_database_url:
         return None
-    return open_pool(
+    return CoordinatorPool(
         in_schema(libpq_url(settings.read_database_url), settings.database_schema),
         min_size=1,
         max_size=min(settings.pool_max_size, READ_POOL_MAX_SIZE),

@@ -202,26 +202,3 @@ class CoordinatorPool(AsyncConnectionPool[CoordinatorConnection]):
 
 def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-def open_pool(
-    database_url: str,
-    *,
-    min_size: int,
-    max_size: int,
-    timeout: float,
-    deadline: float = 30.0,
-    synchronous_commit: str | None = "on",
-    writes: bool = True,
-    name: str = "coordinator",
-) -> CoordinatorPool:
-    return CoordinatorPool(
-        database_url,
-        min_size=min_size,
-        max_size=max_size,
-        timeout=timeout,
-        deadline=deadline,
-        synchronous_commit=synchronous_commit,
-        writes=writes,
-        name=name,
-    )

@@ -9,7 +9,6 @@ meanwhile shows only where the primary is read.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -20,7 +19,7 @@ from coordinator.cli import app
 from tests.conftest import LiveServer
 from tests.overview_data import ORDER_SVC, ORDERS, overview_settings
 from tests.scrape import scrape
-from tests.streaming_standby import StreamingStandby, streaming_standby
+from tests.streaming_standby import StreamingStandby, database_on_both, streaming_standby
 
 pytestmark = pytest.mark.slow
 
@@ -36,10 +35,8 @@ def pair() -> Iterator[StreamingStandby]:
 @pytest.fixture
 def urls(pair: StreamingStandby) -> Iterator[tuple[str, str]]:
     """A migrated database of this test's own: its primary URL and its standby URL."""
-    name = f"status_{uuid.uuid4().hex[:12]}"
-    primary = pair.migrated_database(name)
-    yield primary, pair.standby_url(name)
-    pair.resume_replay()  # whatever the test left paused
+    with database_on_both(pair, "status") as both:
+        yield both
 
 
 def _send(http: httpx.Client) -> None:

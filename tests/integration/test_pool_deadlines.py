@@ -14,7 +14,7 @@ import time
 import psycopg
 import pytest
 
-from coordinator.db.pool import open_pool
+from coordinator.db.pool import CoordinatorPool
 from coordinator.db.queries import fetch_one
 from coordinator.domain.errors import DatabaseUnavailable
 
@@ -28,7 +28,7 @@ def _backend(db: psycopg.Connection, pid: int) -> tuple[str, str] | None:
 async def test_a_statement_past_the_deadline_is_answered_unavailable_and_its_connection_closed(
     database_url: str, db: psycopg.Connection
 ) -> None:
-    pool = open_pool(database_url, min_size=1, max_size=2, timeout=3.0, deadline=1.0)
+    pool = CoordinatorPool(database_url, min_size=1, max_size=2, timeout=3.0, deadline=1.0)
     await pool.open(wait=True)
     try:
         pid = None
@@ -60,7 +60,7 @@ async def test_a_cancelled_task_closes_its_connection_instead_of_cancelling_its_
     psycopg's own behaviour would send the server a cancel request, which
     turns a commit waiting for the synchronous standby into a local-only one.
     """
-    pool = open_pool(database_url, min_size=1, max_size=2, timeout=3.0, deadline=30.0)
+    pool = CoordinatorPool(database_url, min_size=1, max_size=2, timeout=3.0, deadline=30.0)
     await pool.open(wait=True)
     pids: list[int] = []
 
@@ -94,7 +94,9 @@ async def test_synchronous_commit_is_pinned_whatever_the_database_default(
 ) -> None:
     dbname = db.info.dbname
     db.execute(f'ALTER DATABASE "{dbname}" SET synchronous_commit = off')
-    pool = open_pool(database_url, min_size=1, max_size=1, timeout=3.0, synchronous_commit=level)
+    pool = CoordinatorPool(
+        database_url, min_size=1, max_size=1, timeout=3.0, synchronous_commit=level
+    )
     await pool.open(wait=True)
     try:
         async with pool.connection() as conn:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -22,7 +21,7 @@ from coordinator.domain.overview import Overview
 from coordinator.domain.states import Resolution
 from tests.factories import end, half
 from tests.overview_data import ORDER_SVC, overview_settings
-from tests.streaming_standby import StreamingStandby, streaming_standby
+from tests.streaming_standby import StreamingStandby, database_on_both, streaming_standby
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -36,10 +35,8 @@ def pair() -> Iterator[StreamingStandby]:
 @pytest.fixture
 def urls(pair: StreamingStandby) -> Iterator[tuple[str, str]]:
     """A migrated database of this test's own: its primary URL and its standby URL."""
-    name = f"read_{uuid.uuid4().hex[:12]}"
-    primary = pair.migrated_database(name)
-    yield primary, pair.standby_url(name)
-    pair.resume_replay()  # whatever the test left paused
+    with database_on_both(pair, "read") as both:
+        yield both
 
 
 IN_MINUTE = "UPDATE messages SET resolved_at = %s WHERE id = ANY(%s)"

@@ -36,7 +36,7 @@ from coordinator.core.inspection import Inspection
 from coordinator.core.overview import OverviewReader
 from coordinator.core.tokens import Tokens
 from coordinator.core.transactions import Transactions
-from coordinator.db.pool import open_pool
+from coordinator.db.pool import CoordinatorPool
 from coordinator.domain.access import Grants
 from coordinator.domain.checkback import RoundResult
 from coordinator.domain.errors import InvalidMessage
@@ -51,7 +51,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 async def context(database_url: str) -> AsyncIterator[CoreContext]:
-    pool = open_pool(database_url, min_size=1, max_size=4, timeout=3.0)
+    pool = CoordinatorPool(database_url, min_size=1, max_size=4, timeout=3.0)
     await pool.open(wait=True)
     try:
         yield CoreContext(pool)
