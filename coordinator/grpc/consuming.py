@@ -11,6 +11,7 @@ token's long polls.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
@@ -121,27 +122,23 @@ class Consuming(DoorPart):
         if not 0 < batch <= MAX_MESSAGES_LIMIT:
             raise InvalidMessage(f"batch size must be 1..{MAX_MESSAGES_LIMIT}, got {batch}")
         wait = self._wait_seconds(request, context)
+        receive = functools.partial(
+            self.core.delivery.receive,
+            group,
+            max_messages=batch,
+            invisible_seconds=invisible,
+            wait_seconds=wait,
+            topic=topic,
+        )
         with self._long_poll(caller.principal, wait):
             try:
-                received = await self.core.delivery.receive(
-                    group,
-                    max_messages=batch,
-                    invisible_seconds=invisible,
-                    wait_seconds=wait,
-                    topic=topic,
-                )
+                received = await receive()
             except NotFound:
                 # The subscription went behind this process's memory of it (the
                 # retention job removed an idle group): state it again, once.
                 self._subscriber.forget(group, topic)
                 await self._subscriber.subscribed(group, topic, expression, filter_type)
-                received = await self.core.delivery.receive(
-                    group,
-                    max_messages=batch,
-                    invisible_seconds=invisible,
-                    wait_seconds=wait,
-                    topic=topic,
-                )
+                received = await receive()
         return invisible, received
 
     def _wait_seconds(self, request: Any, context: Any) -> float:
