@@ -12,6 +12,7 @@ from coordinator.core.configs import TransactionsConfig
 from coordinator.core.ending import end_validated
 from coordinator.core.producing import insert_validated
 from coordinator.domain.states import Resolution
+from coordinator.metrics import Meter
 from tests.factories import TOPIC, end, half
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +34,8 @@ async def _prepare_and_commit(conn: AsyncConnection[Any], config: TransactionsCo
     message = half()
     [sent] = await insert_validated(conn, [message], config, transactional=True)
     assert not isinstance(sent, Exception)
-    [ended] = await end_validated(conn, [end(sent.transaction_id or "", Resolution.COMMIT)])
+    ended_by = end(sent.transaction_id or "", Resolution.COMMIT)
+    [ended] = await end_validated(conn, [ended_by], Meter())
     assert not isinstance(ended, Exception)
 
 
