@@ -43,7 +43,6 @@ from time import perf_counter
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
@@ -109,25 +108,6 @@ class Matcher:
             if (found := pattern.match(path)) is not None:
                 return route, found.groupdict()
         return None
-
-
-def api_routes(app: FastAPI) -> list[Any]:
-    """The app's APIRoutes with their effective paths, included routers expanded.
-
-    FastAPI from 0.137 keeps an included router as one node of `app.routes`,
-    which `iter_route_contexts` expands; older releases list the included
-    routes themselves. For the tests, which compare the hot routes with
-    FastAPI's dispatch.
-    """
-    try:
-        from fastapi.routing import iter_route_contexts
-    except ImportError:
-        return [route for route in app.routes if isinstance(route, APIRoute)]
-    return [
-        context
-        for context in iter_route_contexts(app.routes)
-        if isinstance(context.original_route, APIRoute)
-    ]
 
 
 def _text(value: bytes | None) -> str | None:

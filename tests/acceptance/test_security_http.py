@@ -30,10 +30,10 @@ from coordinator.config import Settings
 from coordinator.core import Coordinator
 from coordinator.domain.access import Grants
 from coordinator.http import create_app
-from coordinator.http.hot_routes import api_routes
 from tests.configs import configs
 from tests.conftest import LiveServer, url_for
 from tests.factories import GROUP, TOPIC
+from tests.fastapi_routes import api_routes
 
 SECURITY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 LISTED = "coordinator.internal"

@@ -29,12 +29,13 @@ from coordinator.core.auth import Authenticator
 from coordinator.core.configs import ServiceConfigs
 from coordinator.core.context import CoreContext
 from coordinator.http import create_app, routes
-from coordinator.http.hot_routes import HotRoutes, api_routes
+from coordinator.http.hot_routes import HotRoutes
 from coordinator.http.route_table import Route, RouteTable
 from coordinator.http.schemas import ErrorOut
 from tests.configs import configs
 from tests.conftest import LiveServer
 from tests.factories import GROUP, TOPIC
+from tests.fastapi_routes import api_routes
 
 # The routes every transactional message goes through (prepare, then end):
 # served by HotRoutes for speed, which is lost without a word if one drops out.
