@@ -9,6 +9,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, create_engine
 
@@ -71,10 +72,7 @@ def version_tables(conn: Connection, schema: str) -> set[str]:
 
 
 def known_revisions() -> set[str]:
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory(str(migrations_dir()))
-    return {revision.revision for revision in script.walk_revisions()}
+    return {revision.revision for revision in _script().walk_revisions()}
 
 
 class RevisionError(ValueError):
@@ -120,7 +118,9 @@ def current_revisions(
 
 
 def head_revisions() -> tuple[str, ...]:
-    from alembic.script import ScriptDirectory
+    return tuple(_script().get_heads())
 
-    script = ScriptDirectory(str(migrations_dir()))
-    return tuple(script.get_heads())
+
+def _script() -> ScriptDirectory:
+    """The revisions this code carries (migrations/versions)."""
+    return ScriptDirectory(str(migrations_dir()))
