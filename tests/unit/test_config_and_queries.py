@@ -144,3 +144,15 @@ def test_every_coordinator_url_starts_its_sessions_in_the_schema() -> None:
     assert conninfo_to_dict(timeout)["options"] == "-c statement_timeout=5 -c search_path=mq"
     own = "postgresql://h/db?options=-c%20search_path%3Dmine"
     assert in_schema(own, "mq") == own  # the URL's own search_path wins
+
+
+def test_the_schema_leaves_a_plus_in_the_url_as_libpq_reads_it() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from coordinator.db.urls import in_schema, out_of_schema
+
+    # libpq reads `+` in a URL as a plus sign, not as an HTML form's space.
+    plain = "postgresql://u@h/db?password=a+b&application_name=x+y"
+    url = in_schema(plain, "mq")
+    assert conninfo_to_dict(url)["password"] == conninfo_to_dict(plain)["password"] == "a+b"
+    assert conninfo_to_dict(out_of_schema(url))["application_name"] == "x+y"
